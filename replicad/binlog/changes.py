@@ -1,0 +1,85 @@
+"""Events -> row changes with their source coordinates (file, offset, GTID, row index).
+
+Sans-IO: takes any iterator of decoded events (a file, a dump stream, a relay segment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from replicad.binlog.events import (
+    Event,
+    GtidEvent,
+    MariaGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from replicad.binlog.rows import RowsEvent, TableMapEvent
+from replicad.binlog.values import ColumnType
+
+
+@dataclass(slots=True)
+class RowChange:
+    op: str  # "c" | "u" | "d"
+    db: str
+    table: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    file: str | None
+    pos: int | None  # offset of the ROWS event holding this row
+    row: int  # index of the row inside that event
+    gtid: str | None
+    server_id: int
+    ts_ms: int
+    primary_key: tuple[str, ...] = ()
+    json_columns: frozenset[str] = frozenset()  # MySQL JSON columns (decoded documents)
+
+
+def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Iterator[RowChange]:
+    current_file = file
+    gtid: str | None = None
+    for event in events:
+        if isinstance(event, RowsEvent):
+            table = event.table_map
+            yield from _changes(event, current_file, gtid, table)
+        elif isinstance(event, (GtidEvent, MariaGtidEvent)):
+            gtid = event.gtid
+        elif isinstance(event, XidEvent):
+            gtid = None
+        elif isinstance(event, QueryEvent) and event.query == "COMMIT":
+            gtid = None
+        elif isinstance(event, RotateEvent) and event.next_file:
+            current_file = event.next_file
+
+
+def _changes(
+    event: RowsEvent, file: str | None, gtid: str | None, table: TableMapEvent | None
+) -> Iterator[RowChange]:
+    op = event.op
+    header = event.header
+    db = table.schema if table else ""
+    name = table.table if table else ""
+    pk = tuple(table.primary_key_names) if table else ()
+    json_columns = frozenset(
+        c.name for c in (table.columns if table else ()) if c.type_code == ColumnType.JSON
+    )
+    ts_ms = header.timestamp * 1000
+    for index, (before, after) in enumerate(event.rows()):
+        yield RowChange(
+            op,
+            db,
+            name,
+            before,
+            after,
+            file,
+            header.pos,
+            index,
+            gtid,
+            header.server_id,
+            ts_ms,
+            pk,
+            json_columns,
+        )

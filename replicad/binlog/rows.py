@@ -1,0 +1,575 @@
+"""TABLE_MAP and ROWS events: column descriptions and compiled per-table row decoders.
+
+A TABLE_MAP describes the table a following ROWS event changes. From it we build, once per
+(table map, columns-present bitmap), a list of per-column value decoders; decoding a row is
+then one pass over the row image with everything else precomputed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from replicad.binlog import jsonb
+from replicad.binlog._bytes import msb_first_bits, need, read_lenenc
+from replicad.binlog.charsets import BINARY_COLLATION, codec_of
+from replicad.binlog.events import Event, EventType
+from replicad.binlog.payload import decompress_mariadb
+from replicad.binlog.values import (
+    CHARACTER_TYPES,
+    METADATA_LENGTH,
+    NUMERIC_TYPES,
+    TYPE_NAMES,
+    ColumnSpec,
+    ColumnType,
+    Decoder,
+    make_decoder,
+    real_type_and_length,
+)
+from replicad.errors import BinlogError, JsonDecodeError, MalformedEventError
+
+Row = dict[str, Any]
+
+
+class OptionalMetadata:
+    SIGNEDNESS = 1
+    DEFAULT_CHARSET = 2
+    COLUMN_CHARSET = 3
+    COLUMN_NAME = 4
+    SET_STR_VALUE = 5
+    ENUM_STR_VALUE = 6
+    GEOMETRY_TYPE = 7
+    SIMPLE_PRIMARY_KEY = 8
+    PRIMARY_KEY_WITH_PREFIX = 9
+    ENUM_AND_SET_DEFAULT_CHARSET = 10
+    ENUM_AND_SET_COLUMN_CHARSET = 11
+    COLUMN_VISIBILITY = 12
+    VECTOR_DIMENSIONALITY = 13
+
+
+class RowsFlag:
+    STMT_END = 0x0001
+    NO_FOREIGN_KEY_CHECKS = 0x0002
+    RELAXED_UNIQUE_CHECKS = 0x0004
+    COMPLETE_ROWS = 0x0008
+
+
+@dataclass(slots=True)
+class Column:
+    index: int
+    name: str
+    type_code: int  # the real type (STRING packing undone)
+    meta: int
+    nullable: bool
+    unsigned: bool = False
+    collation: int | None = None
+    enum_values: list[str] | None = None
+    set_values: list[str] | None = None
+    geometry_type: int | None = None
+    visible: bool = True
+    vector_dimensions: int | None = None
+    max_length: int | None = None
+
+    @property
+    def type_name(self) -> str:
+        return TYPE_NAMES.get(self.type_code, str(self.type_code))
+
+
+@dataclass(slots=True)
+class RowImageDecoder:
+    columns: tuple[tuple[str, Decoder], ...]
+    null_bytes: int
+
+
+@dataclass(slots=True)
+class TableMapEvent(Event):
+    table_id: int = 0
+    flags: int = 0
+    schema: str = ""
+    table: str = ""
+    column_types: bytes = b""
+    column_metas: tuple[int, ...] = ()
+    null_bits: bytes = b""
+    columns: list[Column] = field(default_factory=list)
+    primary_key: tuple[int, ...] = ()
+    primary_key_prefixes: tuple[int, ...] = ()
+    has_names: bool = False
+    has_charsets: bool = False
+    default_charset: int | None = None
+    mariadb: bool = False
+    _decoders: dict[int, RowImageDecoder] = field(default_factory=dict, repr=False)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def primary_key_names(self) -> list[str]:
+        return [self.columns[i].name for i in self.primary_key if i < len(self.columns)]
+
+    def image_decoder(self, present: int) -> RowImageDecoder:
+        decoder = self._decoders.get(present)
+        if decoder is None:
+            decoder = self._compile(present)
+            self._decoders[present] = decoder
+        return decoder
+
+    def _compile(self, present: int) -> RowImageDecoder:
+        specs = []
+        for column in self.columns:
+            if present >> column.index & 1:
+                specs.append((column.name, make_decoder(_spec(column, self), mariadb=self.mariadb)))
+        return RowImageDecoder(tuple(specs), (len(specs) + 7) // 8)
+
+
+def _spec(column: Column, table: TableMapEvent) -> ColumnSpec:
+    codec = None
+    if column.collation is not None:
+        codec = codec_of(column.collation, mariadb=table.mariadb)
+    raw_type = table.column_types[column.index]
+    return ColumnSpec(
+        type_code=raw_type,
+        meta=column.meta,
+        unsigned=column.unsigned,
+        codec=codec,
+        charset_known=column.collation is not None,
+        enum_values=column.enum_values,
+        set_values=column.set_values,
+    )
+
+
+def _read_metadata(types: bytes, buf: bytes, pos: int, end: int) -> list[int]:
+    metas = []
+    for t in types:
+        n = METADATA_LENGTH.get(t, 0)
+        if n == 1:
+            metas.append(buf[pos])
+        elif n == 2:
+            if t in (ColumnType.STRING, ColumnType.ENUM, ColumnType.SET):
+                metas.append(buf[pos] << 8 | buf[pos + 1])  # big-endian: real type first
+            else:
+                metas.append(buf[pos] | buf[pos + 1] << 8)
+        else:
+            metas.append(0)
+        pos += n
+    if pos != end:
+        raise MalformedEventError(
+            f"column metadata is {end - pos:+d} bytes off the declared length "
+            f"(unknown column type among {sorted(set(types))}?)"
+        )
+    return metas
+
+
+def _strings(buf: bytes, pos: int, end: int) -> list[bytes]:
+    out = []
+    while pos < end:
+        n, pos = read_lenenc(buf, pos)
+        out.append(buf[pos : pos + n])
+        pos += n
+    return out
+
+
+def _lenencs(buf: bytes, pos: int, end: int) -> list[int]:
+    out = []
+    while pos < end:
+        v, pos = read_lenenc(buf, pos)
+        out.append(v)
+    return out
+
+
+def _charset_field(buf: bytes, pos: int, end: int) -> tuple[int, dict[int, int]]:
+    default, pos = read_lenenc(buf, pos)
+    overrides = {}
+    while pos < end:
+        index, pos = read_lenenc(buf, pos)
+        collation, pos = read_lenenc(buf, pos)
+        overrides[index] = collation
+    return default, overrides
+
+
+def parse_table_map(header, body: bytes, table_id_size: int, mariadb: bool) -> TableMapEvent:
+    need(body, 0, table_id_size + 2, "TABLE_MAP post-header")
+    table_id = int.from_bytes(body[0:table_id_size], "little")
+    flags = struct.unpack_from("<H", body, table_id_size)[0]
+    pos = table_id_size + 2
+    schema_len = body[pos]
+    schema = body[pos + 1 : pos + 1 + schema_len].decode("utf-8", "replace")
+    pos += schema_len + 2
+    table_len = body[pos]
+    table = body[pos + 1 : pos + 1 + table_len].decode("utf-8", "replace")
+    pos += table_len + 2
+    ncols, pos = read_lenenc(body, pos)
+    need(body, pos, ncols, "column types")
+    types = bytes(body[pos : pos + ncols])
+    pos += ncols
+    meta_len, pos = read_lenenc(body, pos)
+    need(body, pos, meta_len, "column metadata")
+    metas = _read_metadata(types, body, pos, pos + meta_len)
+    pos += meta_len
+    null_len = (ncols + 7) // 8
+    need(body, pos, null_len, "null bitmap")
+    null_bits = bytes(body[pos : pos + null_len])
+    pos += null_len
+    event = TableMapEvent(
+        header,
+        table_id=table_id,
+        flags=flags,
+        schema=schema,
+        table=table,
+        column_types=types,
+        column_metas=tuple(metas),
+        null_bits=null_bits,
+        mariadb=mariadb,
+    )
+    columns = []
+    for i, (t, m) in enumerate(zip(types, metas, strict=True)):
+        real, length = real_type_and_length(t, m)
+        columns.append(
+            Column(
+                index=i,
+                name=f"@{i + 1}",
+                type_code=real,
+                meta=m,
+                nullable=bool(null_bits[i >> 3] >> (i & 7) & 1),
+                max_length=length if t == ColumnType.STRING else None,
+            )
+        )
+    event.columns = columns
+    _apply_optional_metadata(event, body, pos)
+    return event
+
+
+def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> None:
+    columns = event.columns
+    # MariaDB's YEAR is an unsigned TINYINT underneath and gets a signedness bit; MySQL's not.
+    numeric_types = NUMERIC_TYPES | ({ColumnType.YEAR} if event.mariadb else set())
+    numeric = [c for c in columns if c.type_code in numeric_types]
+    # MariaDB's GEOMETRY is a BLOB underneath and gets a charset slot; MySQL's does not.
+    character_types = CHARACTER_TYPES | ({ColumnType.GEOMETRY} if event.mariadb else set())
+    character = [c for c in columns if c.type_code in character_types]
+    enum_set = [c for c in columns if c.type_code in (ColumnType.ENUM, ColumnType.SET)]
+    enums = [c for c in columns if c.type_code == ColumnType.ENUM]
+    sets = [c for c in columns if c.type_code == ColumnType.SET]
+    geometries = [c for c in columns if c.type_code == ColumnType.GEOMETRY]
+    vectors = [c for c in columns if c.type_code == ColumnType.VECTOR]
+    enum_set_collations: list[int | None] = [None] * len(enum_set)
+    enum_raw: list[list[bytes]] = []
+    set_raw: list[list[bytes]] = []
+    end = len(body)
+    while pos < end:
+        kind = body[pos]
+        length, pos = read_lenenc(body, pos + 1)
+        need(body, pos, length, f"optional metadata field {kind}")
+        stop = pos + length
+        if kind == OptionalMetadata.SIGNEDNESS:
+            for column, unsigned in zip(numeric, msb_first_bits(body[pos:stop], len(numeric))):
+                column.unsigned = unsigned
+        elif kind == OptionalMetadata.DEFAULT_CHARSET:
+            default, overrides = _charset_field(body, pos, stop)
+            event.default_charset = default
+            for i, column in enumerate(character):
+                column.collation = overrides.get(i, default)
+            event.has_charsets = True
+        elif kind == OptionalMetadata.COLUMN_CHARSET:
+            for column, collation in zip(character, _lenencs(body, pos, stop)):
+                column.collation = collation
+            event.has_charsets = True
+        elif kind == OptionalMetadata.COLUMN_NAME:
+            for column, name in zip(columns, _strings(body, pos, stop)):
+                column.name = name.decode("utf-8", "replace")
+            event.has_names = True
+        elif kind == OptionalMetadata.SET_STR_VALUE:
+            set_raw = _value_lists(body, pos, stop)
+        elif kind == OptionalMetadata.ENUM_STR_VALUE:
+            enum_raw = _value_lists(body, pos, stop)
+        elif kind == OptionalMetadata.GEOMETRY_TYPE:
+            for column, gtype in zip(geometries, _lenencs(body, pos, stop)):
+                column.geometry_type = gtype
+        elif kind == OptionalMetadata.SIMPLE_PRIMARY_KEY:
+            event.primary_key = tuple(_lenencs(body, pos, stop))
+            event.primary_key_prefixes = (0,) * len(event.primary_key)
+        elif kind == OptionalMetadata.PRIMARY_KEY_WITH_PREFIX:
+            pairs = _lenencs(body, pos, stop)
+            event.primary_key = tuple(pairs[0::2])
+            event.primary_key_prefixes = tuple(pairs[1::2])
+        elif kind == OptionalMetadata.ENUM_AND_SET_DEFAULT_CHARSET:
+            default, overrides = _charset_field(body, pos, stop)
+            enum_set_collations = [overrides.get(i, default) for i in range(len(enum_set))]
+        elif kind == OptionalMetadata.ENUM_AND_SET_COLUMN_CHARSET:
+            enum_set_collations = list(_lenencs(body, pos, stop))
+        elif kind == OptionalMetadata.COLUMN_VISIBILITY:
+            for column, visible in zip(columns, msb_first_bits(body[pos:stop], len(columns))):
+                column.visible = visible
+        elif kind == OptionalMetadata.VECTOR_DIMENSIONALITY:
+            for column, dims in zip(vectors, _lenencs(body, pos, stop)):
+                column.vector_dimensions = dims
+        # Unknown field types are skipped by length, as the server's own reader does.
+        pos = stop
+    for column, collation in zip(enum_set, enum_set_collations):
+        column.collation = collation
+    for group, raw in ((enums, enum_raw), (sets, set_raw)):
+        for column, values in zip(group, raw):
+            names = [_decode_member(v, column, event.mariadb) for v in values]
+            if column.type_code == ColumnType.ENUM:
+                column.enum_values = names
+            else:
+                column.set_values = names
+
+
+def _value_lists(body: bytes, pos: int, end: int) -> list[list[bytes]]:
+    lists = []
+    while pos < end:
+        count, pos = read_lenenc(body, pos)
+        values = []
+        for _ in range(count):
+            n, pos = read_lenenc(body, pos)
+            values.append(bytes(body[pos : pos + n]))
+            pos += n
+        lists.append(values)
+    return lists
+
+
+def _decode_member(raw: bytes, column: Column, mariadb: bool) -> str:
+    codec = None
+    if column.collation is not None and column.collation != BINARY_COLLATION:
+        codec = codec_of(column.collation, mariadb=mariadb)
+    try:
+        if codec == "mysql_latin1":
+            from replicad.binlog.charsets import decode_mysql_latin1
+
+            return decode_mysql_latin1(raw)
+        return raw.decode(codec or "utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+# ------------------------------------------------------------------------------------ ROWS
+
+_WRITE = frozenset(
+    {
+        EventType.WRITE_ROWS_V1,
+        EventType.WRITE_ROWS,
+        EventType.WRITE_ROWS_COMPRESSED_V1,
+        EventType.WRITE_ROWS_COMPRESSED,
+    }
+)
+_UPDATE = frozenset(
+    {
+        EventType.UPDATE_ROWS_V1,
+        EventType.UPDATE_ROWS,
+        EventType.PARTIAL_UPDATE_ROWS,
+        EventType.UPDATE_ROWS_COMPRESSED_V1,
+        EventType.UPDATE_ROWS_COMPRESSED,
+    }
+)
+_DELETE = frozenset(
+    {
+        EventType.DELETE_ROWS_V1,
+        EventType.DELETE_ROWS,
+        EventType.DELETE_ROWS_COMPRESSED_V1,
+        EventType.DELETE_ROWS_COMPRESSED,
+    }
+)
+ROWS_TYPES = _WRITE | _UPDATE | _DELETE
+V2_TYPES = frozenset(
+    {
+        EventType.WRITE_ROWS,
+        EventType.UPDATE_ROWS,
+        EventType.DELETE_ROWS,
+        EventType.PARTIAL_UPDATE_ROWS,
+        EventType.WRITE_ROWS_COMPRESSED,
+        EventType.UPDATE_ROWS_COMPRESSED,
+        EventType.DELETE_ROWS_COMPRESSED,
+    }
+)
+COMPRESSED_ROWS_TYPES = frozenset(range(166, 172))
+
+
+@dataclass(slots=True)
+class JsonPartialUpdate:
+    """A JSON column's after-value given as diffs whose base document was not in the event."""
+
+    diffs: list[jsonb.JsonDiff]
+
+
+@dataclass(slots=True)
+class RowsEvent(Event):
+    table_id: int = 0
+    flags: int = 0
+    extra_data: bytes = b""
+    column_count: int = 0
+    present_before: int = 0
+    present_after: int = 0
+    body: bytes = b""
+    rows_offset: int = 0
+    table_map: TableMapEvent | None = None
+
+    @property
+    def op(self) -> str:
+        t = self.header.type_code
+        return "c" if t in _WRITE else "u" if t in _UPDATE else "d"
+
+    @property
+    def stmt_end(self) -> bool:
+        return bool(self.flags & RowsFlag.STMT_END)
+
+    @property
+    def partial(self) -> bool:
+        return self.header.type_code == EventType.PARTIAL_UPDATE_ROWS
+
+    def rows(self) -> Iterator[tuple[Row | None, Row | None]]:
+        """(before, after) per row; before is None for inserts, after None for deletes."""
+        table = self.table_map
+        if table is None:
+            raise MalformedEventError(
+                f"no TABLE_MAP for table id {self.table_id} before this rows event",
+                offset=self.header.pos,
+            )
+        if len(table.columns) != self.column_count:
+            raise MalformedEventError(
+                f"rows event has {self.column_count} columns, its TABLE_MAP "
+                f"{table.schema}.{table.table} has {len(table.columns)}",
+                offset=self.header.pos,
+            )
+        body, pos, end = self.body, self.rows_offset, len(self.body)
+        op = self.op
+        first = table.image_decoder(self.present_before)
+        second = table.image_decoder(self.present_after) if op == "u" else None
+        try:
+            while pos < end:
+                row, pos = _decode_image(body, pos, first)
+                if second is None:
+                    yield (None, row) if op == "c" else (row, None)
+                    continue
+                if self.partial:
+                    after, pos = _decode_partial_after(body, pos, table, self.present_after, row)
+                else:
+                    after, pos = _decode_image(body, pos, second)
+                yield row, after
+        except BinlogError as exc:
+            raise exc.with_context(table=f"{table.schema}.{table.table}", offset=self.header.pos)
+        except (IndexError, struct.error, ValueError, OverflowError, TypeError) as exc:
+            raise MalformedEventError(
+                f"row image does not fit its columns: {exc}",
+                table=f"{table.schema}.{table.table}",
+                offset=self.header.pos,
+            ) from exc
+        if pos != end:
+            raise MalformedEventError(
+                f"row images overrun the event by {pos - end} bytes",
+                table=f"{table.schema}.{table.table}",
+                offset=self.header.pos,
+            )
+
+
+def _decode_image(body: bytes, pos: int, decoder: RowImageDecoder) -> tuple[Row, int]:
+    nbytes = decoder.null_bytes
+    nulls = int.from_bytes(body[pos : pos + nbytes], "little")
+    pos += nbytes
+    row: Row = {}
+    bit = 1
+    for name, decode in decoder.columns:
+        if nulls & bit:
+            row[name] = None
+        else:
+            row[name], pos = decode(body, pos)
+        bit <<= 1
+    if pos > len(body):
+        raise MalformedEventError("row image runs past the end of the event")
+    return row, pos
+
+
+def _decode_partial_after(
+    body: bytes, pos: int, table: TableMapEvent, present: int, before: Row
+) -> tuple[Row, int]:
+    """A PARTIAL_UPDATE_ROWS after image: value_options, then a bitmap over the table's JSON
+    columns telling which carry a diff (Json_diff_vector) instead of a full value."""
+    options, pos = read_lenenc(body, pos)
+    json_columns = [c for c in table.columns if c.type_code == ColumnType.JSON]
+    partial: set[int] = set()
+    if options & 1:
+        nbytes = (len(json_columns) + 7) // 8
+        bits = int.from_bytes(body[pos : pos + nbytes], "little")
+        pos += nbytes
+        partial = {c.index for i, c in enumerate(json_columns) if bits >> i & 1}
+    decoder = table.image_decoder(present)
+    present_columns = [c for c in table.columns if present >> c.index & 1]
+    nbytes = decoder.null_bytes
+    nulls = int.from_bytes(body[pos : pos + nbytes], "little")
+    pos += nbytes
+    row: Row = {}
+    for bit_index, (column, (name, decode)) in enumerate(
+        zip(present_columns, decoder.columns, strict=True)
+    ):
+        if nulls >> bit_index & 1:
+            row[name] = None
+        elif column.index in partial:
+            # Json_diff_vector::write_binary starts with a u32 length, which doubles as the
+            # JSON column's 4-byte length prefix; every diff after it is decoded.
+            diffs, pos = jsonb.decode_json_diffs(body, pos)
+            base = before.get(name, _MISSING)
+            if base is _MISSING:
+                row[name] = JsonPartialUpdate(diffs)
+            else:
+                try:
+                    row[name] = jsonb.apply_json_diffs(base, diffs)
+                except JsonDecodeError as exc:
+                    raise exc.with_context(column=name)
+        else:
+            row[name], pos = decode(body, pos)
+    return row, pos
+
+
+_MISSING = object()
+
+
+def parse_rows(
+    header,
+    body: bytes,
+    table_id_size: int,
+    post_header_len: int,
+    table_maps: dict[int, TableMapEvent],
+) -> RowsEvent:
+    type_code = header.type_code
+    need(body, 0, table_id_size + 2, "rows post-header")
+    table_id = int.from_bytes(body[0:table_id_size], "little")
+    flags = struct.unpack_from("<H", body, table_id_size)[0]
+    pos = table_id_size + 2
+    extra = b""
+    if type_code in V2_TYPES:
+        extra_len = struct.unpack_from("<H", body, pos)[0]
+        if extra_len < 2:
+            raise MalformedEventError(f"rows v2 extra-data length {extra_len} < 2")
+        need(body, pos, extra_len, "rows extra data")
+        extra = bytes(body[pos + 2 : pos + extra_len])
+        pos += extra_len
+    elif post_header_len > pos:
+        pos = post_header_len
+    ncols, pos = read_lenenc(body, pos)
+    nbytes = (ncols + 7) // 8
+    need(body, pos, nbytes, "columns-present bitmap")
+    before = int.from_bytes(body[pos : pos + nbytes], "little")
+    pos += nbytes
+    after = before
+    if type_code in _UPDATE:
+        need(body, pos, nbytes, "after-image columns-present bitmap")
+        after = int.from_bytes(body[pos : pos + nbytes], "little")
+        pos += nbytes
+    if type_code in COMPRESSED_ROWS_TYPES:
+        # MariaDB compresses only the row images; the column count and bitmaps stay plain.
+        body = decompress_mariadb(body, pos)
+        pos = 0
+    return RowsEvent(
+        header,
+        table_id=table_id,
+        flags=flags,
+        extra_data=extra,
+        column_count=ncols,
+        present_before=before,
+        present_after=after,
+        body=body,
+        rows_offset=pos,
+        table_map=table_maps.get(table_id),
+    )

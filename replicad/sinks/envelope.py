@@ -1,0 +1,104 @@
+"""The message envelope (ARCHITECTURE §6) and the JSON mapping of column values.
+
+Value mapping: DECIMAL as string; DATE/DATETIME as ISO-8601 (TIMESTAMP in UTC with 'Z');
+TIME as `[-]HH:MM:SS[.ffffff]` (hours may exceed 24, so it is not a time of day);
+binary as base64; JSON columns as JSON (numbers exactly as stored); ENUM/SET as strings;
+BIT as integer; GEOMETRY as {"srid", "wkb" (base64)}; a zero or invalid date stays the
+string MySQL prints.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from replicad.binlog import jsonb
+from replicad.binlog.changes import RowChange
+from replicad.binlog.values import Geometry
+
+
+def format_time(value: dt.timedelta) -> str:
+    negative = value < dt.timedelta(0)
+    total = -value if negative else value
+    micros = total.days * 86_400_000_000 + total.seconds * 1_000_000 + total.microseconds
+    seconds, us = divmod(micros, 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{'-' if negative else ''}{hours:02d}:{minutes:02d}:{secs:02d}"
+    return text + (f".{us:06d}" if us else "")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
+        return value.isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return format_time(value)
+    if isinstance(value, Geometry):
+        return {"srid": value.srid, "wkb": base64.b64encode(value.wkb).decode("ascii")}
+    if isinstance(value, (dict, list)) or value is None or isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, jsonb.JsonOpaque):
+        return str(value)
+    if hasattr(value, "diffs"):  # a partial JSON update without its base document
+        return {
+            "json_diffs": [
+                {"op": d.operation.name.lower(), "path": d.path, "value": _json_fragment(d)}
+                for d in value.diffs
+            ]
+        }
+    raise TypeError(f"no JSON mapping for {type(value).__name__}")
+
+
+def _json_fragment(diff: Any) -> Any:
+    if diff.operation == jsonb.JsonDiffOp.REMOVE:
+        return None
+    return orjson.Fragment(jsonb.to_mysql_json_text(diff.value))
+
+
+def json_column(value: Any) -> Any:
+    """A decoded MySQL JSON document, emitted as JSON text exactly as MySQL prints it."""
+    return orjson.Fragment(jsonb.to_mysql_json_text(value))
+
+
+def change_to_dict(change: RowChange) -> dict:
+    json_columns = change.json_columns
+    return {
+        "op": change.op,
+        "db": change.db,
+        "table": change.table,
+        "before": _row(change.before, json_columns),
+        "after": _row(change.after, json_columns),
+        "source": {
+            "file": change.file,
+            "pos": change.pos,
+            "gtid": change.gtid,
+            "row": change.row,
+            "server_id": change.server_id,
+            "ts_ms": change.ts_ms,
+        },
+    }
+
+
+def _row(row: dict[str, Any] | None, json_columns: frozenset[str]) -> dict[str, Any] | None:
+    if row is None or not json_columns:
+        return row
+    return {
+        k: (json_column(v) if k in json_columns and v is not None and not hasattr(v, "diffs") else v)
+        for k, v in row.items()
+    }
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z)
