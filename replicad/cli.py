@@ -81,7 +81,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
     for index, path in enumerate(args.files):
         start = args.start_position if index == 0 else None
         stop = args.stop_position if index == last else None
-        events = iter_file_events(path, start=start, stop=stop, verify_checksum=args.verify_checksum)
+        events = iter_file_events(
+            path, start=start, stop=stop, verify_checksum=args.verify_checksum
+        )
         try:
             if args.events:
                 for event in events:

@@ -218,9 +218,7 @@ class BinlogParser:
         stored = int.from_bytes(data[end : end + CHECKSUM_LENGTH], "little")
         computed = zlib.crc32(data[:end]) & 0xFFFFFFFF
         if stored != computed:
-            raise ChecksumError(
-                f"CRC32 mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            )
+            raise ChecksumError(f"CRC32 mismatch: stored {stored:#010x}, computed {computed:#010x}")
 
     def _post_header_len(self, type_code: int) -> int:
         lengths = self.post_header_lengths
@@ -285,9 +283,7 @@ class BinlogParser:
 
     def _query(self, header: EventHeader, body: bytes) -> QueryEvent:
         need(body, 0, 13, "QUERY post-header")
-        thread_id, exec_time, db_len, error_code, status_len = struct.unpack_from(
-            "<IIBHH", body, 0
-        )
+        thread_id, exec_time, db_len, error_code, status_len = struct.unpack_from("<IIBHH", body, 0)
         pos = max(self._post_header_len(EventType.QUERY), 13)
         need(body, pos, status_len, "QUERY status variables")
         status = parse_status_vars(body[pos : pos + status_len])

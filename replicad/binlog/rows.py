@@ -264,7 +264,9 @@ def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> Non
         need(body, pos, length, f"optional metadata field {kind}")
         stop = pos + length
         if kind == OptionalMetadata.SIGNEDNESS:
-            for column, unsigned in zip(numeric, msb_first_bits(body[pos:stop], len(numeric))):
+            for column, unsigned in zip(
+                numeric, msb_first_bits(body[pos:stop], len(numeric)), strict=False
+            ):
                 column.unsigned = unsigned
         elif kind == OptionalMetadata.DEFAULT_CHARSET:
             default, overrides = _charset_field(body, pos, stop)
@@ -273,11 +275,11 @@ def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> Non
                 column.collation = overrides.get(i, default)
             event.has_charsets = True
         elif kind == OptionalMetadata.COLUMN_CHARSET:
-            for column, collation in zip(character, _lenencs(body, pos, stop)):
+            for column, collation in zip(character, _lenencs(body, pos, stop), strict=False):
                 column.collation = collation
             event.has_charsets = True
         elif kind == OptionalMetadata.COLUMN_NAME:
-            for column, name in zip(columns, _strings(body, pos, stop)):
+            for column, name in zip(columns, _strings(body, pos, stop), strict=False):
                 column.name = name.decode("utf-8", "replace")
             event.has_names = True
         elif kind == OptionalMetadata.SET_STR_VALUE:
@@ -285,7 +287,7 @@ def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> Non
         elif kind == OptionalMetadata.ENUM_STR_VALUE:
             enum_raw = _value_lists(body, pos, stop)
         elif kind == OptionalMetadata.GEOMETRY_TYPE:
-            for column, gtype in zip(geometries, _lenencs(body, pos, stop)):
+            for column, gtype in zip(geometries, _lenencs(body, pos, stop), strict=False):
                 column.geometry_type = gtype
         elif kind == OptionalMetadata.SIMPLE_PRIMARY_KEY:
             event.primary_key = tuple(_lenencs(body, pos, stop))
@@ -300,17 +302,19 @@ def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> Non
         elif kind == OptionalMetadata.ENUM_AND_SET_COLUMN_CHARSET:
             enum_set_collations = list(_lenencs(body, pos, stop))
         elif kind == OptionalMetadata.COLUMN_VISIBILITY:
-            for column, visible in zip(columns, msb_first_bits(body[pos:stop], len(columns))):
+            for column, visible in zip(
+                columns, msb_first_bits(body[pos:stop], len(columns)), strict=False
+            ):
                 column.visible = visible
         elif kind == OptionalMetadata.VECTOR_DIMENSIONALITY:
-            for column, dims in zip(vectors, _lenencs(body, pos, stop)):
+            for column, dims in zip(vectors, _lenencs(body, pos, stop), strict=False):
                 column.vector_dimensions = dims
         # Unknown field types are skipped by length, as the server's own reader does.
         pos = stop
-    for column, collation in zip(enum_set, enum_set_collations):
+    for column, collation in zip(enum_set, enum_set_collations, strict=False):
         column.collation = collation
     for group, raw in ((enums, enum_raw), (sets, set_raw)):
-        for column, values in zip(group, raw):
+        for column, values in zip(group, raw, strict=False):
             names = [_decode_member(v, column, event.mariadb) for v in values]
             if column.type_code == ColumnType.ENUM:
                 column.enum_values = names
@@ -449,7 +453,9 @@ class RowsEvent(Event):
                     after, pos = _decode_image(body, pos, second)
                 yield row, after
         except BinlogError as exc:
-            raise exc.with_context(table=f"{table.schema}.{table.table}", offset=self.header.pos)
+            raise exc.with_context(
+                table=f"{table.schema}.{table.table}", offset=self.header.pos
+            ) from None
         except (IndexError, struct.error, ValueError, OverflowError, TypeError) as exc:
             raise MalformedEventError(
                 f"row image does not fit its columns: {exc}",
@@ -516,7 +522,7 @@ def _decode_partial_after(
                 try:
                     row[name] = jsonb.apply_json_diffs(base, diffs)
                 except JsonDecodeError as exc:
-                    raise exc.with_context(column=name)
+                    raise exc.with_context(column=name) from None
         else:
             row[name], pos = decode(body, pos)
     return row, pos

@@ -236,12 +236,7 @@ _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 def decimal_size(precision: int, scale: int) -> int:
     integral = precision - scale
-    return (
-        (integral // 9) * 4
-        + _DIG2BYTES[integral % 9]
-        + (scale // 9) * 4
-        + _DIG2BYTES[scale % 9]
-    )
+    return (integral // 9) * 4 + _DIG2BYTES[integral % 9] + (scale // 9) * 4 + _DIG2BYTES[scale % 9]
 
 
 def _year(buf: bytes, pos: int) -> tuple[object, int]:

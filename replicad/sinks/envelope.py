@@ -95,7 +95,9 @@ def _row(row: dict[str, Any] | None, json_columns: frozenset[str]) -> dict[str, 
     if row is None or not json_columns:
         return row
     return {
-        k: (json_column(v) if k in json_columns and v is not None and not hasattr(v, "diffs") else v)
+        k: (
+            json_column(v) if k in json_columns and v is not None and not hasattr(v, "diffs") else v
+        )
         for k, v in row.items()
     }
 

@@ -1,0 +1,57 @@
+"""Shared fixtures: the MariaDB started by scripts/services.sh and per-test databases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pymysql
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MARIADB_PORT = int(os.environ.get("REPLICAD_MARIADB_PORT", "3306"))
+
+
+def _connect(**kwargs: object) -> pymysql.connections.Connection:
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=MARIADB_PORT,
+        user="root",
+        password="root",
+        charset="utf8mb4",
+        autocommit=True,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> dict[str, object]:
+    """Make sure the private MariaDB is up (idempotent) and describe it."""
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "mariadb"], check=True)
+    conn = _connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@log_bin_basename, @@binlog_format, @@binlog_row_metadata")
+        basename, fmt, metadata = cur.fetchone()
+    conn.close()
+    assert fmt == "ROW" and metadata == "FULL", (fmt, metadata)
+    return {"port": MARIADB_PORT, "binlog_dir": Path(basename).parent}
+
+
+@pytest.fixture
+def db(mariadb: dict[str, object]) -> Iterator[tuple[pymysql.connections.Connection, str]]:
+    """A connection to a fresh, uniquely named database, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    conn = _connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` DEFAULT CHARACTER SET utf8mb4")
+        cur.execute(f"USE `{name}`")
+        cur.execute("SET time_zone = '+00:00'")
+    try:
+        yield conn, name
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.close()
