@@ -15,6 +15,7 @@ from typing import Any
 from replicad.binlog import jsonb
 from replicad.binlog._bytes import msb_first_bits, need, read_lenenc
 from replicad.binlog.charsets import BINARY_COLLATION, codec_of
+from replicad.binlog.codegen import CompiledColumn, ImageDecoder, compile_image_decoder
 from replicad.binlog.events import Event, EventType
 from replicad.binlog.payload import decompress_mariadb
 from replicad.binlog.values import (
@@ -79,8 +80,22 @@ class Column:
 
 @dataclass(slots=True)
 class RowImageDecoder:
-    columns: tuple[tuple[str, Decoder], ...]
+    """Decoders for one columns-present bitmap: a compiled whole-image function for the hot
+    path, and per-column decoders for images that need column-by-column handling."""
+
+    specs: tuple[CompiledColumn, ...]
+    decode: ImageDecoder
     null_bytes: int
+    mariadb: bool
+    _columns: tuple[tuple[str, Decoder], ...] | None = None
+
+    @property
+    def columns(self) -> tuple[tuple[str, Decoder], ...]:
+        if self._columns is None:
+            self._columns = tuple(
+                (c.name, make_decoder(c.spec, mariadb=self.mariadb)) for c in self.specs
+            )
+        return self._columns
 
 
 @dataclass(slots=True)
@@ -99,6 +114,7 @@ class TableMapEvent(Event):
     has_charsets: bool = False
     default_charset: int | None = None
     mariadb: bool = False
+    layout_key: bytes = b""  # the event body after the table id: equal keys, equal layouts
     _decoders: dict[int, RowImageDecoder] = field(default_factory=dict, repr=False)
 
     @property
@@ -112,16 +128,30 @@ class TableMapEvent(Event):
     def image_decoder(self, present: int) -> RowImageDecoder:
         decoder = self._decoders.get(present)
         if decoder is None:
-            decoder = self._compile(present)
+            # Every transaction repeats its TABLE_MAPs: share compiled decoders between
+            # maps that describe the same layout (same bytes apart from the table id).
+            key = (self.layout_key, present, self.mariadb)
+            decoder = _SHARED_DECODERS.pop(key, None) or self._compile(present)
+            _SHARED_DECODERS[key] = decoder
+            if len(_SHARED_DECODERS) > _SHARED_DECODERS_MAX:
+                del _SHARED_DECODERS[next(iter(_SHARED_DECODERS))]
             self._decoders[present] = decoder
         return decoder
 
     def _compile(self, present: int) -> RowImageDecoder:
-        specs = []
-        for column in self.columns:
-            if present >> column.index & 1:
-                specs.append((column.name, make_decoder(_spec(column, self), mariadb=self.mariadb)))
-        return RowImageDecoder(tuple(specs), (len(specs) + 7) // 8)
+        specs = tuple(
+            CompiledColumn(column.name, _spec(column, self))
+            for column in self.columns
+            if present >> column.index & 1
+        )
+        decode = compile_image_decoder(specs, mariadb=self.mariadb)
+        return RowImageDecoder(specs, decode, (len(specs) + 7) // 8, self.mariadb)
+
+
+# Least-recently-used cache of compiled row decoders, shared by all parsers (it is keyed by
+# the complete layout, so sharing is safe).
+_SHARED_DECODERS: dict[tuple[bytes, int, bool], RowImageDecoder] = {}
+_SHARED_DECODERS_MAX = 4096
 
 
 def _spec(column: Column, table: TableMapEvent) -> ColumnSpec:
@@ -222,6 +252,7 @@ def parse_table_map(header, body: bytes, table_id_size: int, mariadb: bool) -> T
         column_metas=tuple(metas),
         null_bits=null_bits,
         mariadb=mariadb,
+        layout_key=bytes(body[table_id_size:]),
     )
     columns = []
     for i, (t, m) in enumerate(zip(types, metas, strict=True)):
@@ -471,17 +502,7 @@ class RowsEvent(Event):
 
 
 def _decode_image(body: bytes, pos: int, decoder: RowImageDecoder) -> tuple[Row, int]:
-    nbytes = decoder.null_bytes
-    nulls = int.from_bytes(body[pos : pos + nbytes], "little")
-    pos += nbytes
-    row: Row = {}
-    bit = 1
-    for name, decode in decoder.columns:
-        if nulls & bit:
-            row[name] = None
-        else:
-            row[name], pos = decode(body, pos)
-        bit <<= 1
+    row, pos = decoder.decode(body, pos)
     if pos > len(body):
         raise MalformedEventError("row image runs past the end of the event")
     return row, pos

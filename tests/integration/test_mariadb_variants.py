@@ -4,6 +4,7 @@ MariaDB GTIDs, and the `replicad dump` command on those files."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from decimal import Decimal
@@ -200,7 +201,7 @@ def test_dump_cli_envelope_positions_and_events(table, mariadb) -> None:
 
     events = [orjson.loads(x) for x in _dump("--events", path).stdout.splitlines()]
     assert events[0]["type"] == "FORMAT_DESCRIPTION" and events[0]["pos"] == 4
-    for prev, nxt in zip(events, events[1:], strict=False):
+    for prev, nxt in itertools.pairwise(events):
         assert prev["next_pos"] == nxt["pos"], "events must tile the file"
     assert events[-1]["type"] == "ROTATE"
 

@@ -1,0 +1,249 @@
+"""Compile a row-image decoder per (TABLE_MAP, columns-present bitmap).
+
+Decoding rows is the hot path of the whole daemon. Calling one small function per column
+costs more than the decoding itself, so for each table layout we generate one straight-line
+Python function (as namedtuple and dataclasses do) in which the common types are inlined and
+the rest call the per-type decoders of `values.py`. The generated function has the signature
+``decode(body, pos) -> (row_dict, next_pos)``; it never reads past a value it cannot bound,
+and the caller checks that `next_pos` stays inside the event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from replicad.binlog.values import (
+    ColumnSpec,
+    ColumnType,
+    decimal_size,
+    format_date,
+    format_datetime,
+    make_decoder,
+    real_type_and_length,
+)
+
+ImageDecoder = Callable[[bytes, int], tuple[dict[str, Any], int]]
+
+_INT_FORMATS = {
+    ColumnType.TINY: ("b", "B", 1),
+    ColumnType.SHORT: ("h", "H", 2),
+    ColumnType.LONG: ("i", "I", 4),
+    ColumnType.LONGLONG: ("q", "Q", 8),
+}
+_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+# fractional-seconds precision -> (bytes, multiplier to microseconds)
+_FRACTION = ((0, 0), (1, 10000), (1, 10000), (2, 100), (2, 100), (3, 1), (3, 1))
+
+
+@dataclass(slots=True)
+class CompiledColumn:
+    name: str
+    spec: ColumnSpec
+
+
+def _decimal_fast(precision: int, scale: int) -> Callable[[bytes, int], Decimal]:
+    """A DECIMAL(p,s) reader specialised for its layout: the whole value is read as one
+    big-endian integer and its base-10^9 groups are cut out with shifts."""
+    intg, frac = precision - scale, scale
+    groups: list[tuple[int, int]] = []  # (bytes, digits) from the most significant
+    if intg % 9:
+        groups.append((_DIG2BYTES[intg % 9], intg % 9))
+    groups += [(4, 9)] * (intg // 9)
+    int_groups = len(groups)
+    groups += [(4, 9)] * (frac // 9)
+    if frac % 9:
+        groups.append((_DIG2BYTES[frac % 9], frac % 9))
+    size = sum(b for b, _ in groups)
+    top = 8 * size - 1
+    mask = (1 << (8 * size)) - 1
+    layout = []
+    shift = 8 * size
+    for nbytes, digits in groups:
+        shift -= 8 * nbytes
+        layout.append((shift, (1 << (8 * nbytes)) - 1, 10**digits))
+    int_layout, frac_layout = layout[:int_groups], layout[int_groups:]
+    from_bytes = int.from_bytes
+
+    def read(buf: bytes, pos: int) -> Decimal:
+        whole = from_bytes(buf[pos : pos + size], "big")
+        negative = not whole >> top
+        if negative:
+            whole ^= mask
+        whole ^= 1 << top
+        integer = 0
+        for sh, m, base in int_layout:
+            integer = integer * base + ((whole >> sh) & m)
+        if not frac_layout:
+            return Decimal(-integer if negative else integer)
+        fraction = 0
+        for sh, m, base in frac_layout:
+            fraction = fraction * base + ((whole >> sh) & m)
+        sign = "-" if negative else ""
+        return Decimal(f"{sign}{integer}.{fraction:0{frac}d}")
+
+    return read
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, Any] = {}
+        self._n = 0
+
+    def bind(self, value: Any, hint: str = "k") -> str:
+        self._n += 1
+        name = f"_{hint}{self._n}"
+        self.env[name] = value
+        return name
+
+    def emit(self, indent: int, text: str) -> None:
+        self.lines.append("    " * indent + text)
+
+
+def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mariadb: bool):
+    """Emit code that sets `var` and advances `pos` for one non-NULL value."""
+    spec = column.spec
+    t = spec.type_code
+    emit = src.emit
+    if t in _INT_FORMATS:
+        signed, unsigned, size = _INT_FORMATS[t]
+        unpack = src.bind(struct.Struct("<" + (unsigned if spec.unsigned else signed)).unpack_from)
+        emit(indent, f"{var} = {unpack}(body, pos)[0]")
+        emit(indent, f"pos += {size}")
+        return
+    if t == ColumnType.INT24:
+        emit(
+            indent,
+            f"{var} = _from_bytes(body[pos:pos + 3], 'little', signed={not spec.unsigned})",
+        )
+        emit(indent, "pos += 3")
+        return
+    if t == ColumnType.DOUBLE:
+        emit(indent, f"{var} = _unpack_d(body, pos)[0]")
+        emit(indent, "pos += 8")
+        return
+    if t == ColumnType.NEWDECIMAL:
+        precision, scale = spec.meta & 0xFF, spec.meta >> 8
+        reader = src.bind(_decimal_fast(precision, scale), "dec")
+        emit(indent, f"{var} = {reader}(body, pos)")
+        emit(indent, f"pos += {decimal_size(precision, scale)}")
+        return
+    if t in (ColumnType.VARCHAR, ColumnType.VAR_STRING) and (
+        spec.codec in ("utf-8", None) or not spec.charset_known
+    ):
+        long = spec.meta >= 256
+        if long:
+            emit(indent, "n = body[pos] | body[pos + 1] << 8")
+            emit(indent, "pos += 2")
+        else:
+            emit(indent, "n = body[pos]")
+            emit(indent, "pos += 1")
+        if spec.charset_known and spec.codec is None:
+            emit(indent, f"{var} = body[pos:pos + n]")
+        else:
+            emit(indent, "try:")
+            emit(indent + 1, f"{var} = body[pos:pos + n].decode('utf-8')")
+            emit(indent, "except UnicodeDecodeError:")
+            emit(indent + 1, f"{var} = body[pos:pos + n]")
+        emit(indent, "pos += n")
+        return
+    if t == ColumnType.STRING:
+        real, length = real_type_and_length(t, spec.meta)
+        if real == ColumnType.ENUM and length == 1 and spec.enum_values is not None:
+            members = src.bind(("", *spec.enum_values), "enum")
+            emit(indent, "try:")
+            emit(indent + 1, f"{var} = {members}[body[pos]]")
+            emit(indent, "except IndexError:")
+            emit(indent + 1, f"{var} = body[pos]")
+            emit(indent, "pos += 1")
+            return
+    if t == ColumnType.BLOB and spec.codec in ("utf-8", None) and spec.meta in (1, 2, 3, 4):
+        size = spec.meta
+        emit(indent, f"n = _from_bytes(body[pos:pos + {size}], 'little')")
+        emit(indent, f"pos += {size}")
+        if spec.charset_known and spec.codec is None:
+            emit(indent, f"{var} = body[pos:pos + n]")
+        else:
+            emit(indent, "try:")
+            emit(indent + 1, f"{var} = body[pos:pos + n].decode('utf-8')")
+            emit(indent, "except UnicodeDecodeError:")
+            emit(indent + 1, f"{var} = body[pos:pos + n]")
+        emit(indent, "pos += n")
+        return
+    if t == ColumnType.DATETIME2:
+        frac_len, scale = _FRACTION[min(max(spec.meta, 0), 6)]
+        emit(indent, "x = _from_bytes(body[pos:pos + 5], 'big') - 0x8000000000")
+        us = (
+            f"_from_bytes(body[pos + 5:pos + {5 + frac_len}], 'big') * {scale}" if frac_len else "0"
+        )
+        emit(indent, f"us = {us}")
+        emit(indent, f"pos += {5 + frac_len}")
+        emit(indent, "ymd = x >> 17; ym = ymd >> 5; hms = x & 0x1FFFF")
+        args = "ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us"
+        emit(indent, "try:")
+        emit(indent + 1, f"{var} = _datetime({args})")
+        emit(indent, "except ValueError:")
+        emit(indent + 1, f"{var} = _format_datetime({args}, {spec.meta})")
+        return
+    if t == ColumnType.TIMESTAMP2:
+        frac_len, scale = _FRACTION[min(max(spec.meta, 0), 6)]
+        emit(indent, "x = _from_bytes(body[pos:pos + 4], 'big')")
+        us = (
+            f"_from_bytes(body[pos + 4:pos + {4 + frac_len}], 'big') * {scale}" if frac_len else "0"
+        )
+        emit(indent, f"us = {us}")
+        emit(indent, f"pos += {4 + frac_len}")
+        zero = "0000-00-00 00:00:00" + ("." + "0" * spec.meta if spec.meta else "")
+        emit(indent, "if x or us:")
+        emit(indent + 1, f"{var} = _fromtimestamp(x, _UTC)")
+        emit(indent + 1, "if us:")
+        emit(indent + 2, f"{var} = {var}.replace(microsecond=us)")
+        emit(indent, "else:")
+        emit(indent + 1, f"{var} = {zero!r}")
+        return
+    if t in (ColumnType.DATE, ColumnType.NEWDATE):
+        emit(indent, "x = body[pos] | body[pos + 1] << 8 | body[pos + 2] << 16")
+        emit(indent, "pos += 3")
+        emit(indent, "try:")
+        emit(indent + 1, f"{var} = _date(x >> 9, (x >> 5) & 15, x & 31)")
+        emit(indent, "except ValueError:")
+        emit(indent + 1, f"{var} = _format_date(x >> 9, (x >> 5) & 15, x & 31)")
+        return
+    decoder = src.bind(make_decoder(spec, mariadb=mariadb), "dec")
+    emit(indent, f"{var}, pos = {decoder}(body, pos)")
+
+
+def compile_image_decoder(columns: Sequence[CompiledColumn], *, mariadb: bool) -> ImageDecoder:
+    src = _Source()
+    src.env.update(
+        _from_bytes=int.from_bytes,
+        _unpack_d=struct.Struct("<d").unpack_from,
+        _datetime=dt.datetime,
+        _date=dt.date,
+        _fromtimestamp=dt.datetime.fromtimestamp,
+        _UTC=dt.UTC,
+        _format_datetime=format_datetime,
+        _format_date=format_date,
+    )
+    null_bytes = (len(columns) + 7) // 8
+    src.emit(0, "def decode(body, pos):")
+    if null_bytes:
+        src.emit(1, f"nulls = _from_bytes(body[pos:pos + {null_bytes}], 'little')")
+        src.emit(1, f"pos += {null_bytes}")
+    for i, column in enumerate(columns):
+        var = f"v{i}"
+        src.emit(1, f"if nulls & {1 << i}:")
+        src.emit(2, f"{var} = None")
+        src.emit(1, "else:")
+        _emit_value(src, 2, var, column, mariadb)
+    items = ", ".join(f"{c.name!r}: v{i}" for i, c in enumerate(columns))
+    src.emit(1, f"return {{{items}}}, pos")
+    code = compile("\n".join(src.lines), "<replicad row decoder>", "exec")
+    namespace: dict[str, Any] = dict(src.env)
+    exec(code, namespace)
+    return namespace["decode"]
