@@ -8,6 +8,7 @@ import pymysql
 
 from replicad.binlog.changes import RowChange, iter_row_changes
 from replicad.binlog.files import iter_file_events
+from replicad.binlog.rows import RowsEvent
 
 
 def binlog_position(conn: pymysql.connections.Connection) -> tuple[str, int]:
@@ -30,8 +31,43 @@ def changes_since(
     out: list[RowChange] = []
     first_file, first_pos = start
     for name in binlog_files_since(conn, first_file):
-        events = iter_file_events(
-            binlog_dir / name, start=first_pos if name == first_file else None
+        events = list(
+            iter_file_events(binlog_dir / name, start=first_pos if name == first_file else None)
         )
+        for event in events:
+            if isinstance(event, RowsEvent) and event.table_map and event.table_map.schema == db:
+                # the compiled decoder and the per-column decoders must agree on every row
+                assert list(event.rows()) == rows_by_column_decoders(event)
         out.extend(c for c in iter_row_changes(events, file=name) if c.db == db)
+    return out
+
+
+def rows_by_column_decoders(event: RowsEvent) -> list[tuple[dict | None, dict | None]]:
+    """Decode a ROWS event with the per-column decoders of values.py instead of the compiled
+    whole-image function, so that tests can hold the two implementations against each other."""
+    table = event.table_map
+    assert table is not None
+    body, pos, out = event.body, event.rows_offset, []
+    images = [table.image_decoder(event.present_before)]
+    if event.op == "u":
+        images.append(table.image_decoder(event.present_after))
+    while pos < len(body):
+        decoded = []
+        for decoder in images:
+            nulls = int.from_bytes(body[pos : pos + decoder.null_bytes], "little")
+            pos += decoder.null_bytes
+            row: dict = {}
+            for i, (name, decode) in enumerate(decoder.columns):
+                if nulls >> i & 1:
+                    row[name] = None
+                else:
+                    row[name], pos = decode(body, pos)
+            decoded.append(row)
+        if event.op == "u":
+            out.append((decoded[0], decoded[1]))
+        elif event.op == "c":
+            out.append((None, decoded[0]))
+        else:
+            out.append((decoded[0], None))
+    assert pos == len(body)
     return out
