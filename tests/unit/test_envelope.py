@@ -1,0 +1,112 @@
+"""The JSON mapping of column values in the change envelope (ARCHITECTURE §6)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from decimal import Decimal
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replicad.binlog.changes import RowChange
+from replicad.binlog.values import Geometry, float32_shortest
+from replicad.sinks.envelope import change_to_dict, dumps, format_time
+
+pytestmark = pytest.mark.unit
+
+
+def _change(after: dict, json_columns: frozenset[str] = frozenset()) -> dict:
+    change = RowChange(
+        "c", "db", "t", None, after, "bin.000001", 120, 0, "0-1-5", 1, 1000, ("id",), json_columns
+    )
+    return orjson.loads(dumps(change_to_dict(change)))
+
+
+def test_value_mapping() -> None:
+    out = _change(
+        {
+            "dec": Decimal("-0.000100"),
+            "blob": b"\x00\xff",
+            "date": dt.date(2020, 1, 2),
+            "dt": dt.datetime(2020, 1, 2, 3, 4, 5, 60),
+            "ts": dt.datetime(2020, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+            "time": -dt.timedelta(hours=838, minutes=59, seconds=59),
+            "zero": "0000-00-00 00:00:00",
+            "geo": Geometry(4326, b"\x01\x02"),
+            "bit": 2**64 - 1,
+            "doc": {"a": [1, 2.5, None], "d": Decimal("1.10")},
+        },
+        frozenset({"doc"}),
+    )["after"]
+    assert out == {
+        "dec": "-0.000100",
+        "blob": "AP8=",
+        "date": "2020-01-02",
+        "dt": "2020-01-02T03:04:05.000060",
+        "ts": "2020-01-02T03:04:05Z",
+        "time": "-838:59:59",
+        "zero": "0000-00-00 00:00:00",
+        "geo": {"srid": 4326, "wkb": "AQI="},
+        "bit": 2**64 - 1,
+        "doc": {"a": [1, 2.5, None], "d": 1.10},
+    }
+
+
+def test_json_column_keeps_decimal_digits_verbatim() -> None:
+    change = RowChange(
+        "c",
+        "db",
+        "t",
+        None,
+        {"doc": {"d": Decimal("1.10")}},
+        None,
+        None,
+        0,
+        None,
+        1,
+        0,
+        (),
+        frozenset({"doc"}),
+    )
+    assert b'"doc":{"d": 1.10}' in dumps(change_to_dict(change))
+
+
+def test_source_block() -> None:
+    out = _change({"id": 1})
+    assert out["source"] == {
+        "file": "bin.000001",
+        "pos": 120,
+        "gtid": "0-1-5",
+        "row": 0,
+        "server_id": 1,
+        "ts_ms": 1000,
+    }
+    assert out["op"] == "c" and out["before"] is None
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (dt.timedelta(0), "00:00:00"),
+        (-dt.timedelta(microseconds=100000), "-00:00:00.100000"),
+        (dt.timedelta(hours=25, seconds=1, microseconds=5), "25:00:01.000005"),
+        (-dt.timedelta(hours=12, minutes=34, seconds=56, microseconds=789012), "-12:34:56.789012"),
+    ],
+)
+def test_format_time(delta: dt.timedelta, text: str) -> None:
+    assert format_time(delta) == text
+
+
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_float32_shortest_round_trips(value: float) -> None:
+    shortest = float32_shortest(value)
+    assert struct.pack("<f", shortest) == struct.pack("<f", value)
+    assert len(repr(shortest)) <= len(repr(value))
+
+
+def test_float32_shortest_examples() -> None:
+    stored = struct.unpack("<f", struct.pack("<f", 1.1))[0]
+    assert stored != 1.1 and float32_shortest(stored) == 1.1
