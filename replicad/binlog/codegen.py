@@ -14,13 +14,12 @@ import datetime as dt
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from replicad.binlog.values import (
     ColumnSpec,
     ColumnType,
-    decimal_size,
     format_date,
     format_datetime,
     make_decoder,
@@ -46,47 +45,46 @@ class CompiledColumn:
     spec: ColumnSpec
 
 
-def _decimal_fast(precision: int, scale: int) -> Callable[[bytes, int], Decimal]:
-    """A DECIMAL(p,s) reader specialised for its layout: the whole value is read as one
-    big-endian integer and its base-10^9 groups are cut out with shifts."""
+def _emit_decimal(src: _Source, indent: int, var: str, precision: int, scale: int) -> None:
+    """Inline DECIMAL(p,s): the value is read as one big-endian integer (sign bit flipped,
+    all bits inverted when negative) and its base-10^9 digit groups are cut out with shifts
+    and combined into the unscaled integer; `scaleb` then places the decimal point without
+    rounding (its context holds 100 digits, DECIMAL holds at most 65)."""
     intg, frac = precision - scale, scale
-    groups: list[tuple[int, int]] = []  # (bytes, digits) from the most significant
+    groups: list[tuple[int, int]] = []  # (bytes, digits), most significant first
     if intg % 9:
         groups.append((_DIG2BYTES[intg % 9], intg % 9))
     groups += [(4, 9)] * (intg // 9)
-    int_groups = len(groups)
     groups += [(4, 9)] * (frac // 9)
     if frac % 9:
         groups.append((_DIG2BYTES[frac % 9], frac % 9))
     size = sum(b for b, _ in groups)
     top = 8 * size - 1
-    mask = (1 << (8 * size)) - 1
-    layout = []
-    shift = 8 * size
+    terms = []
+    shift, digits_after = 8 * size, sum(d for _, d in groups)
     for nbytes, digits in groups:
         shift -= 8 * nbytes
-        layout.append((shift, (1 << (8 * nbytes)) - 1, 10**digits))
-    int_layout, frac_layout = layout[:int_groups], layout[int_groups:]
-    from_bytes = int.from_bytes
-
-    def read(buf: bytes, pos: int) -> Decimal:
-        whole = from_bytes(buf[pos : pos + size], "big")
-        negative = not whole >> top
-        if negative:
-            whole ^= mask
-        whole ^= 1 << top
-        integer = 0
-        for sh, m, base in int_layout:
-            integer = integer * base + ((whole >> sh) & m)
-        if not frac_layout:
-            return Decimal(-integer if negative else integer)
-        fraction = 0
-        for sh, m, base in frac_layout:
-            fraction = fraction * base + ((whole >> sh) & m)
-        sign = "-" if negative else ""
-        return Decimal(f"{sign}{integer}.{fraction:0{frac}d}")
-
-    return read
+        digits_after -= digits
+        term = (
+            f"(x >> {shift}) & {(1 << (8 * nbytes)) - 1}"
+            if shift
+            else f"x & {(1 << (8 * nbytes)) - 1}"
+        )
+        terms.append(f"({term}) * {10**digits_after}" if digits_after else f"({term})")
+    unscaled = " + ".join(terms) or "0"
+    emit = src.emit
+    emit(indent, f"x = _from_bytes(body[pos:pos + {size}], 'big')")
+    emit(indent, f"pos += {size}")
+    emit(indent, f"if x >> {top}:")
+    emit(indent + 1, f"x ^= {1 << top}")
+    emit(indent + 1, f"n = {unscaled}")
+    emit(indent, "else:")
+    emit(indent + 1, f"x ^= {(1 << top) - 1}")
+    emit(indent + 1, f"n = -({unscaled})")
+    if scale:
+        emit(indent, f"{var} = _Decimal(n).scaleb({-scale}, _DECIMAL_CONTEXT)")
+    else:
+        emit(indent, f"{var} = _Decimal(n)")
 
 
 class _Source:
@@ -129,16 +127,15 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
         return
     if t == ColumnType.NEWDECIMAL:
         precision, scale = spec.meta & 0xFF, spec.meta >> 8
-        reader = src.bind(_decimal_fast(precision, scale), "dec")
-        emit(indent, f"{var} = {reader}(body, pos)")
-        emit(indent, f"pos += {decimal_size(precision, scale)}")
-        return
+        if 0 < precision <= 65 and scale <= 30 and scale <= precision:
+            _emit_decimal(src, indent, var, precision, scale)
+            return
     if t in (ColumnType.VARCHAR, ColumnType.VAR_STRING) and (
         spec.codec in ("utf-8", None) or not spec.charset_known
     ):
         long = spec.meta >= 256
         if long:
-            emit(indent, "n = body[pos] | body[pos + 1] << 8")
+            emit(indent, "n = _u16(body, pos)[0]")
             emit(indent, "pos += 2")
         else:
             emit(indent, "n = body[pos]")
@@ -164,7 +161,10 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
             return
     if t == ColumnType.BLOB and spec.codec in ("utf-8", None) and spec.meta in (1, 2, 3, 4):
         size = spec.meta
-        emit(indent, f"n = _from_bytes(body[pos:pos + {size}], 'little')")
+        length = {1: "body[pos]", 2: "_u16(body, pos)[0]", 4: "_u32(body, pos)[0]"}.get(
+            size, f"_from_bytes(body[pos:pos + {size}], 'little')"
+        )
+        emit(indent, f"n = {length}")
         emit(indent, f"pos += {size}")
         if spec.charset_known and spec.codec is None:
             emit(indent, f"{var} = body[pos:pos + n]")
@@ -223,6 +223,10 @@ def compile_image_decoder(columns: Sequence[CompiledColumn], *, mariadb: bool) -
     src.env.update(
         _from_bytes=int.from_bytes,
         _unpack_d=struct.Struct("<d").unpack_from,
+        _u16=struct.Struct("<H").unpack_from,
+        _u32=struct.Struct("<I").unpack_from,
+        _Decimal=Decimal,
+        _DECIMAL_CONTEXT=Context(prec=100),
         _datetime=dt.datetime,
         _date=dt.date,
         _fromtimestamp=dt.datetime.fromtimestamp,

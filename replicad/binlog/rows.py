@@ -473,16 +473,26 @@ class RowsEvent(Event):
         first = table.image_decoder(self.present_before)
         second = table.image_decoder(self.present_after) if op == "u" else None
         try:
-            while pos < end:
-                row, pos = _decode_image(body, pos, first)
-                if second is None:
-                    yield (None, row) if op == "c" else (row, None)
-                    continue
-                if self.partial:
-                    after, pos = _decode_partial_after(body, pos, table, self.present_after, row)
-                else:
-                    after, pos = _decode_image(body, pos, second)
-                yield row, after
+            decode_first = first.decode
+            if second is None:
+                insert = op == "c"
+                while pos < end:
+                    row, pos = decode_first(body, pos)
+                    if pos > end:
+                        break  # a value ran past the event: never hand out such a row
+                    yield (None, row) if insert else (row, None)
+            else:
+                while pos < end:
+                    row, pos = decode_first(body, pos)
+                    if self.partial:
+                        after, pos = _decode_partial_after(
+                            body, pos, table, self.present_after, row
+                        )
+                    else:
+                        after, pos = second.decode(body, pos)
+                    if pos > end:
+                        break
+                    yield row, after
         except BinlogError as exc:
             raise exc.with_context(
                 table=f"{table.schema}.{table.table}", offset=self.header.pos
@@ -495,17 +505,12 @@ class RowsEvent(Event):
             ) from exc
         if pos != end:
             raise MalformedEventError(
-                f"row images overrun the event by {pos - end} bytes",
+                f"row images overrun the event by {pos - end} bytes"
+                if pos > end
+                else f"row images stop {end - pos} bytes short of the event's end",
                 table=f"{table.schema}.{table.table}",
                 offset=self.header.pos,
             )
-
-
-def _decode_image(body: bytes, pos: int, decoder: RowImageDecoder) -> tuple[Row, int]:
-    row, pos = decoder.decode(body, pos)
-    if pos > len(body):
-        raise MalformedEventError("row image runs past the end of the event")
-    return row, pos
 
 
 def _decode_partial_after(

@@ -192,6 +192,13 @@ def test_literals_inlined_in_small_array():
     assert to_mysql_json_text(doc) == "[true, false, null]"
 
 
+def test_inlined_literal_reads_only_its_first_byte():
+    # Value::element parses an inlined literal from the first byte of the slot, so
+    # whatever follows in the slot does not matter.
+    assert decode_json(h("02 | 0100 0700 | 04 01ff")) == [True]
+    assert decode_json(h("03 | 01000000 0d000000 | 04 02abcdef")) == [False]
+
+
 def test_empty_value_is_json_null():
     # json_binary::parse_binary reads a zero-length value as the null literal.
     assert decode_json(b"") is None
@@ -533,7 +540,7 @@ def decimals(draw: st.DrawFn) -> tuple[Decimal, int, int]:
         st.one_of(
             st.integers(0, 10**precision - 1),
             st.just(10**precision - 1),
-            st.integers(0, 10**scale),
+            st.integers(0, min(10**scale, 10**precision - 1)),
         )
     )
     digits = str(magnitude).rjust(scale + 1, "0")
