@@ -8,9 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from replicad.binlog.gtid import GtidSet, MariaGtid
-    from replicad.binlog.rows import RowsEvent, TableMapEvent
-
-__all__ = ["RowsEvent", "TableMapEvent"]
 
 
 class EventType(IntEnum):

@@ -528,7 +528,9 @@ class BinlogParser:
         saved = self._forced_checksums
         self._forced_checksums = False
         try:
-            for raw in iter_payload_events(event.compression, event.payload):
+            for raw in iter_payload_events(
+                event.compression, event.payload, event.uncompressed_size
+            ):
                 inner = parse_header(raw, event.header.pos)
                 try:
                     yield self._parse(inner, raw)

@@ -6,7 +6,6 @@ size of the transaction.
 
 from __future__ import annotations
 
-import io
 import zlib
 from collections.abc import Iterator
 
@@ -57,50 +56,62 @@ def parse_payload_header(body: bytes) -> tuple[int, int, int, int]:
     return compression, payload_size, uncompressed, pos
 
 
-def iter_payload_events(compression: int, payload: bytes) -> Iterator[bytes]:
-    """Yield the raw inner events (header included, no checksum) of a transaction payload."""
+_CHUNK = 1 << 16
+
+
+def iter_payload_events(
+    compression: int, payload: bytes, uncompressed_size: int = 0
+) -> Iterator[bytes]:
+    """Yield the raw inner events (header included, no checksum) of a transaction payload.
+
+    Decompression is incremental (64 KiB of input at a time), so memory is bounded by the
+    largest inner event. A frame that ends early, or inner events that do not tile the
+    announced uncompressed size exactly, are errors: a truncated payload must never look
+    like a shorter transaction."""
     if compression == COMPRESSION_ZSTD:
-        stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(payload))
+        chunks = _zstd_chunks(payload)
     elif compression == COMPRESSION_NONE:
-        stream = io.BytesIO(payload)
+        chunks = iter([payload])
     else:
         raise UnsupportedError(f"transaction payload compression type {compression} is unknown")
-    offset = 0
-    try:
-        while True:
-            header = _read_exact(stream, HEADER_LENGTH, offset, allow_eof=True)
-            if header is None:
-                return
-            size = int.from_bytes(header[9:13], "little")
+    buffer = bytearray()
+    offset = 0  # of buffer[0] within the uncompressed payload
+    for chunk in chunks:
+        buffer += chunk
+        while len(buffer) >= HEADER_LENGTH:
+            size = int.from_bytes(buffer[9:13], "little")
             if size < HEADER_LENGTH:
                 raise MalformedEventError(
                     f"inner event size {size} is smaller than a header", payload_offset=offset
                 )
-            rest = _read_exact(stream, size - HEADER_LENGTH, offset, allow_eof=False)
-            yield header + rest  # type: ignore[operator]
+            if len(buffer) < size:
+                break
+            yield bytes(buffer[:size])
+            del buffer[:size]
             offset += size
-    except zstandard.ZstdError as exc:
-        raise MalformedEventError(f"zstd: {exc}", payload_offset=offset) from exc
-
-
-def _read_exact(stream: io.RawIOBase, n: int, offset: int, *, allow_eof: bool) -> bytes | None:
-    chunks = []
-    remaining = n
-    while remaining:
-        chunk = stream.read(remaining)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    data = b"".join(chunks)
-    if not data and allow_eof:
-        return None
-    if len(data) != n:
+    if buffer:
         raise TruncatedError(
-            f"transaction payload ends inside an inner event ({len(data)} of {n} bytes)",
+            f"transaction payload ends inside an inner event ({len(buffer)} bytes left over)",
             payload_offset=offset,
         )
-    return data
+    if uncompressed_size and offset != uncompressed_size:
+        raise MalformedEventError(
+            f"transaction payload holds {offset} bytes of events, "
+            f"its header announced {uncompressed_size}"
+        )
+
+
+def _zstd_chunks(payload: bytes) -> Iterator[bytes]:
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        for start in range(0, len(payload), _CHUNK):
+            out = decompressor.decompress(payload[start : start + _CHUNK])
+            if out:
+                yield out
+    except zstandard.ZstdError as exc:
+        raise MalformedEventError(f"zstd: {exc}") from exc
+    if not decompressor.eof:
+        raise TruncatedError("zstd frame of the transaction payload is incomplete")
 
 
 def decompress_mariadb(data: bytes, pos: int = 0) -> bytes:

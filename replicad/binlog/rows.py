@@ -14,7 +14,7 @@ from typing import Any
 
 from replicad.binlog import jsonb
 from replicad.binlog._bytes import msb_first_bits, need, read_lenenc
-from replicad.binlog.charsets import BINARY_COLLATION, codec_of
+from replicad.binlog.charsets import BINARY_COLLATION, codec_of, decode_text
 from replicad.binlog.codegen import CompiledColumn, ImageDecoder, compile_image_decoder
 from replicad.binlog.events import Event, EventType
 from replicad.binlog.payload import decompress_mariadb
@@ -370,14 +370,8 @@ def _decode_member(raw: bytes, column: Column, mariadb: bool) -> str:
     codec = None
     if column.collation is not None and column.collation != BINARY_COLLATION:
         codec = codec_of(column.collation, mariadb=mariadb)
-    try:
-        if codec == "mysql_latin1":
-            from replicad.binlog.charsets import decode_mysql_latin1
-
-            return decode_mysql_latin1(raw)
-        return raw.decode(codec or "utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
+    text = decode_text(raw, codec or "utf-8")
+    return text if isinstance(text, str) else raw.decode("latin-1")
 
 
 # ------------------------------------------------------------------------------------ ROWS

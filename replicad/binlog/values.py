@@ -21,12 +21,13 @@ Python values returned:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from replicad.binlog import jsonb
-from replicad.binlog.charsets import decode_mysql_latin1
+from replicad.binlog.charsets import decode_text
 from replicad.errors import UnsupportedError
 
 Decoder = Callable[[bytes, int], tuple[object, int]]
@@ -342,36 +343,11 @@ def _bit_decoder(meta: int) -> Decoder:
 
 
 def _text_transform(codec: str | None) -> Callable[[bytes], object] | None:
-    if codec is None:
-        return None
-    if codec == "mysql_latin1":
-        return _safe(decode_mysql_latin1)
-
-    def decode(data: bytes) -> object:
-        try:
-            return data.decode(codec)
-        except UnicodeDecodeError:
-            return data
-
-    return decode
+    return None if codec is None else functools.partial(decode_text, codec=codec)
 
 
-def _safe(func: Callable[[bytes], str]) -> Callable[[bytes], object]:
-    def wrapped(data: bytes) -> object:
-        try:
-            return func(data)
-        except UnicodeDecodeError:
-            return data
-
-    return wrapped
-
-
-def _guess_text(data: bytes) -> object:
-    """Character set unknown (no optional metadata): UTF-8 if it is valid, else bytes."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
+# Character set unknown (no optional metadata): UTF-8 when it is valid, else bytes.
+_guess_text = functools.partial(decode_text, codec="utf-8")
 
 
 def _length_prefixed(length_bytes: int, transform: Callable[[bytes], object] | None) -> Decoder:
