@@ -277,8 +277,11 @@ def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> Non
     # MariaDB's YEAR is an unsigned TINYINT underneath and gets a signedness bit; MySQL's not.
     numeric_types = NUMERIC_TYPES | ({ColumnType.YEAR} if event.mariadb else set())
     numeric = [c for c in columns if c.type_code in numeric_types]
-    # MariaDB's GEOMETRY is a BLOB underneath and gets a charset slot; MySQL's does not.
-    character_types = CHARACTER_TYPES | ({ColumnType.GEOMETRY} if event.mariadb else set())
+    # MariaDB's GEOMETRY is a BLOB underneath and gets a charset slot; MySQL's does not, but
+    # MySQL 9 gives VECTOR one (is_character_type() in its log_event.cc).
+    character_types = CHARACTER_TYPES | (
+        {ColumnType.GEOMETRY} if event.mariadb else {ColumnType.VECTOR}
+    )
     character = [c for c in columns if c.type_code in character_types]
     enum_set = [c for c in columns if c.type_code in (ColumnType.ENUM, ColumnType.SET)]
     enums = [c for c in columns if c.type_code == ColumnType.ENUM]
