@@ -31,7 +31,7 @@ _FIXED: dict[int, tuple[str, str]] = {
     129: ("xid", "<Q"),
     130: ("gtid_flags3", "<B"),
 }
-_MAX_DBS_IN_EVENT_MTS = 254  # this count means "too many databases; names omitted"
+_MAX_DBS_WITH_NAMES = 16  # MAX_DBS_IN_EVENT_MTS; the server writes 254 when there are more
 
 
 def parse_status_vars(block: bytes) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def parse_status_vars(block: bytes) -> dict[str, Any]:
             count = block[pos]
             pos += 1
             names: list[str] = []
-            if count != _MAX_DBS_IN_EVENT_MTS:
+            if count <= _MAX_DBS_WITH_NAMES:  # larger counts mean "names omitted", as 254
                 for _ in range(count):
                     stop = block.index(b"\0", pos)
                     names.append(block[pos:stop].decode("utf-8", "replace"))

@@ -516,6 +516,8 @@ def _decode_partial_after(
     """A PARTIAL_UPDATE_ROWS after image: value_options, then a bitmap over the table's JSON
     columns telling which carry a diff (Json_diff_vector) instead of a full value."""
     options, pos = read_lenenc(body, pos)
+    if options > 1:
+        raise MalformedEventError(f"unknown partial-update value options {options:#x}")
     json_columns = [c for c in table.columns if c.type_code == ColumnType.JSON]
     partial: set[int] = set()
     if options & 1:
