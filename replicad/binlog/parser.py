@@ -453,8 +453,6 @@ class BinlogParser:
             need(body, pos, 8, "MariaDB GTID commit id")
             event.commit_id = struct.unpack_from("<Q", body, pos)[0]
             pos += 8
-        else:
-            pos = 19  # without a commit id the fixed part is zero-padded to 19 bytes
         if flags & (MariaGtidEvent.PREPARED_XA | MariaGtidEvent.COMPLETED_XA):
             need(body, pos, 6, "MariaDB GTID XID")
             event.xa_format_id = struct.unpack_from("<i", body, pos)[0]
@@ -465,7 +463,8 @@ class BinlogParser:
             event.xa_bqual = bytes(body[pos + gtrid_len : pos + gtrid_len + bqual_len])
             pos += gtrid_len + bqual_len
         if pos < len(body):
-            # flags_extra (MariaDB 10.8+) and what it announces.
+            # flags_extra (MariaDB 10.8+) and what it announces. The fields above are packed;
+            # a body shorter than 19 bytes is zero-padded, which reads as "no extra flags".
             extra = body[pos]
             event.flags_extra = extra
             pos += 1

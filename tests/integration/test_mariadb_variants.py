@@ -13,7 +13,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from replicad.binlog.events import EventType, MariaGtidEvent, QueryEvent
+from replicad.binlog.events import (
+    AnnotateRowsEvent,
+    BinlogCheckpointEvent,
+    EventType,
+    MariaGtidEvent,
+    MariaGtidListEvent,
+    QueryEvent,
+    XaPrepareEvent,
+)
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import RowsEvent
 from tests.binlog_helpers import binlog_files_since, binlog_position, changes_since
@@ -248,3 +256,48 @@ def test_dump_reports_corruption_after_printing_what_decoded(table, mariadb, tmp
     assert result.returncode != 0
     assert f"offset={target['pos']}" in result.stderr.decode()
     assert "ends inside an event" in result.stderr.decode()
+
+
+def test_annotate_rows_gtid_list_and_checkpoint(table, mariadb) -> None:
+    conn, _name = table
+    _exec(conn, "FLUSH BINARY LOGS")
+    start = binlog_position(conn)
+    _exec(conn, "INSERT INTO t (id, a) VALUES (1, 'annotated')")
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (after_insert,) = cur.fetchone()
+    _exec(conn, "FLUSH BINARY LOGS")
+    events = list(_events_since(conn, mariadb["binlog_dir"], start))
+    annotations = [e for e in events if isinstance(e, AnnotateRowsEvent)]
+    assert [a.query for a in annotations] == ["INSERT INTO t (id, a) VALUES (1, 'annotated')"]
+    # The next file starts with FDE, GTID_LIST (the state so far) and BINLOG_CHECKPOINT.
+    next_file = [e for e in events if isinstance(e, MariaGtidListEvent)][-1]
+    assert ",".join(str(g) for g in next_file.gtids) == after_insert
+    checkpoints = [e for e in events if isinstance(e, BinlogCheckpointEvent)]
+    assert checkpoints and all(c.log_file.startswith("mariadb-bin.") for c in checkpoints)
+
+
+def test_xa_transaction_gtid_flags(table, mariadb) -> None:
+    conn, name = table
+    start = binlog_position(conn)
+    _exec(
+        conn,
+        "XA START 'gtrid-1', 'bq', 7",
+        "INSERT INTO t (id, a) VALUES (50, 'xa')",
+        "XA END 'gtrid-1', 'bq', 7",
+        "XA PREPARE 'gtrid-1', 'bq', 7",
+        "XA COMMIT 'gtrid-1', 'bq', 7",
+    )
+    events = list(_events_since(conn, mariadb["binlog_dir"], start))
+    prepared = [e for e in events if isinstance(e, MariaGtidEvent) and e.flags & e.PREPARED_XA]
+    completed = [e for e in events if isinstance(e, MariaGtidEvent) and e.flags & e.COMPLETED_XA]
+    assert len(prepared) == 1 and len(completed) == 1
+    for gtid_event in (prepared[0], completed[0]):
+        assert (gtid_event.xa_gtrid, gtid_event.xa_bqual, gtid_event.xa_format_id) == (
+            b"gtrid-1",
+            b"bq",
+            7,
+        )
+    assert any(isinstance(e, XaPrepareEvent) for e in events)
+    changes = changes_since(conn, mariadb["binlog_dir"], start, name)
+    assert [(c.op, c.after["a"]) for c in changes] == [("c", "xa")]
