@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
@@ -89,7 +90,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 for event in events:
                     out.write(dumps(event_to_dict(event)) + b"\n")
             else:
-                for change in iter_row_changes(events, file=_basename(path)):
+                for change in iter_row_changes(events, file=os.path.basename(path)):
                     out.write(dumps(change_to_dict(change)) + b"\n")
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
@@ -99,14 +100,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
             return EXIT_DATA_ERROR
         except ReplicadError as exc:
             out.flush()
-            print(f"replicad dump: {path}: {exc}", file=sys.stderr)
+            hint = ""
+            if start and exc.context.get("offset") == start:
+                hint = " (is --start-position the offset of an event?)"
+            print(f"replicad dump: {path}: {exc}{hint}", file=sys.stderr)
             return EXIT_DATA_ERROR
     out.flush()
     return EXIT_OK
-
-
-def _basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
 
 
 _SKIPPED_FIELDS = {"header", "body", "table_map", "_decoders", "payload", "columns"}
