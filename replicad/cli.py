@@ -127,7 +127,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         if f.name in _SKIPPED_FIELDS:
             continue
         value = getattr(event, f.name)
-        if isinstance(value, GtidSet):
+        if f.name in ("present_before", "present_after"):
+            value = [i for i in range(value.bit_length()) if value >> i & 1]
+        elif isinstance(value, GtidSet):
             value = str(value)
         elif isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
             value = [str(v) for v in value]

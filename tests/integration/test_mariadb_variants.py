@@ -301,3 +301,22 @@ def test_xa_transaction_gtid_flags(table, mariadb) -> None:
     assert any(isinstance(e, XaPrepareEvent) for e in events)
     changes = changes_since(conn, mariadb["binlog_dir"], start, name)
     assert [(c.op, c.after["a"]) for c in changes] == [("c", "xa")]
+
+
+def test_dump_events_of_a_table_wider_than_64_columns(db, mariadb) -> None:
+    conn, name = db
+    columns = ", ".join(f"c{i} INT" for i in range(70))
+    _exec(conn, "FLUSH BINARY LOGS")
+    file, _ = binlog_position(conn)
+    _exec(
+        conn,
+        f"CREATE TABLE w70 (id INT PRIMARY KEY, {columns})",
+        "INSERT INTO w70 (id, c69) VALUES (1, 69)",
+        "FLUSH BINARY LOGS",
+    )
+    result = _dump("--events", str(mariadb["binlog_dir"] / file))
+    assert result.returncode == 0, result.stderr
+    rows = [orjson.loads(x) for x in result.stdout.splitlines()]
+    (write,) = [e for e in rows if e["type"] == "WRITE_ROWS_V1"]
+    assert write["present_before"] == list(range(71))
+    assert write["rows"][0]["after"]["c69"] == 69 and write["rows"][0]["after"]["c0"] is None
