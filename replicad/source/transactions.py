@@ -1,0 +1,170 @@
+"""Events -> transactions, sans-IO.
+
+`TransactionAssembler.feed(event)` returns what the event means for the transaction stream:
+`Begin`, `Rows`, `Commit` (with the position *after* the commit), or nothing. A transaction
+is never held in memory: its ROWS events flow out as they arrive, and the consumer counts the
+rows since `Begin` to know each row's index (what a resume inside a huge transaction skips).
+
+Boundaries follow what the server writes:
+- MySQL: GTID/ANONYMOUS_GTID/GTID_TAGGED, then QUERY "BEGIN" ... XID (or QUERY "COMMIT"), or a
+  single DDL QUERY; XA: "XA START" ... "XA END" + XA_PREPARE, later a standalone "XA COMMIT".
+- MariaDB: GTID (no BEGIN) ... XID / QUERY "COMMIT"; a GTID with the STANDALONE flag is
+  followed by exactly one QUERY (DDL) that ends the transaction.
+The position after a commit is the commit event's end offset on the primary (`log_pos`);
+events inside a TRANSACTION_PAYLOAD have log_pos 0 and take the payload event's end instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from replicad.binlog.events import (
+    Event,
+    GtidEvent,
+    MariaGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    TransactionPayloadEvent,
+    XaPrepareEvent,
+    XidEvent,
+)
+from replicad.binlog.gtid import Gtid, MariaGtid
+from replicad.binlog.rows import RowsEvent
+from replicad.source.position import Position
+
+AnyGtid = Gtid | MariaGtid | None
+
+
+@dataclass(slots=True)
+class Begin:
+    gtid: AnyGtid
+    position: Position  # where this transaction starts (the previous commit's position)
+    timestamp: int
+
+
+@dataclass(slots=True)
+class Rows:
+    event: RowsEvent
+
+
+@dataclass(slots=True)
+class Commit:
+    gtid: AnyGtid
+    position: Position  # after this transaction
+    xid: int | None = None
+    statement: QueryEvent | None = None  # the DDL/statement of a statement-only transaction
+    xa_prepare: bool = False
+
+
+Item = Begin | Rows | Commit
+
+_BEGIN = frozenset({"BEGIN", "XA START"})
+_END = frozenset({"COMMIT", "ROLLBACK"})
+
+
+def _query_word(query: str) -> str:
+    head = query.lstrip()[:16].upper()
+    if head.startswith("XA START"):
+        return "XA START"
+    if head.startswith("XA END"):
+        return "XA END"
+    return head.split(" ", 1)[0].rstrip(";")
+
+
+class TransactionAssembler:
+    def __init__(self, position: Position) -> None:
+        self.position = position  # after the last complete transaction
+        self.file = position.file
+        self._in_transaction = False
+        # A group opened by BEGIN / XA START / a MariaDB non-standalone GTID / a bare ROWS
+        # event: statements inside it are not boundaries. Otherwise (after a MySQL GTID or a
+        # MariaDB standalone GTID) the next QUERY is the whole transaction.
+        self._group = False
+        self._gtid: AnyGtid = None
+        self._payload_end: int | None = None
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
+    def feed(self, event: Event) -> list[Item]:
+        if isinstance(event, RowsEvent):
+            items: list[Item] = []
+            if not self._in_transaction:
+                items.append(self._begin(None, event, group=True))
+            items.append(Rows(event))
+            return items
+        if isinstance(event, GtidEvent):
+            gtid = None if event.anonymous else Gtid(uuid.UUID(event.uuid), event.tag, event.gno)
+            return [self._begin(gtid, event, group=False)]
+        if isinstance(event, MariaGtidEvent):
+            gtid = MariaGtid(event.domain_id, event.header.server_id, event.seq_no)
+            return [self._begin(gtid, event, group=not event.standalone)]
+        if isinstance(event, XidEvent):
+            return self._commit(event, xid=event.xid)
+        if isinstance(event, XaPrepareEvent):
+            return self._commit(event, xa_prepare=True)
+        if isinstance(event, QueryEvent):
+            return self._query(event)
+        if isinstance(event, TransactionPayloadEvent):
+            self._payload_end = self._end_offset(event)
+            return []
+        if isinstance(event, RotateEvent):
+            self.file = event.next_file or self.file
+            if not self._in_transaction and event.next_file:
+                # After a rotation the next transaction starts in the new file.
+                self.position = Position(
+                    event.next_file,
+                    max(event.position, 4),
+                    self.position.mysql_gtids,
+                    self.position.mariadb_gtids,
+                )
+            return []
+        return []
+
+    def _query(self, event: QueryEvent) -> list[Item]:
+        word = _query_word(event.query)
+        if word in _BEGIN:
+            items: list[Item] = [] if self._in_transaction else [self._begin(None, event)]
+            self._group = True
+            return items
+        if word in _END and self._in_transaction:
+            return self._commit(event)
+        if word == "XA END" or (self._in_transaction and self._group):
+            return []  # XA_PREPARE ends an XA part; other statements inside a group are not ends
+        items = [] if self._in_transaction else [self._begin(None, event)]
+        return items + self._commit(event, statement=event)
+
+    def _begin(self, gtid: AnyGtid, event: Event, *, group: bool = False) -> Begin:
+        self._in_transaction = True
+        self._group = group
+        self._gtid = gtid
+        return Begin(gtid, self.position, event.header.timestamp)
+
+    def _commit(
+        self,
+        event: Event,
+        *,
+        xid: int | None = None,
+        statement: QueryEvent | None = None,
+        xa_prepare: bool = False,
+    ) -> list[Item]:
+        end = self._end_offset(event)
+        self.position = self.position.after_commit(self.file, end, self._gtid)
+        commit = Commit(self._gtid, self.position, xid, statement, xa_prepare)
+        self._in_transaction = False
+        self._group = False
+        self._gtid = None
+        self._payload_end = None
+        return [commit]
+
+    def _end_offset(self, event: Event) -> int:
+        header = event.header
+        if header.log_pos:
+            return header.log_pos
+        if self._payload_end is not None:
+            return self._payload_end
+        if header.next_pos is not None:
+            return header.next_pos
+        return self.position.pos
