@@ -304,7 +304,7 @@ def test_xa_transaction_gtid_flags(table, mariadb) -> None:
 
 
 def test_dump_events_of_a_table_wider_than_64_columns(db, mariadb) -> None:
-    conn, name = db
+    conn, _ = db
     columns = ", ".join(f"c{i} INT" for i in range(70))
     _exec(conn, "FLUSH BINARY LOGS")
     file, _ = binlog_position(conn)
