@@ -1,0 +1,223 @@
+"""Typed configuration: a YAML file, then `REPLICAD_*` environment overrides.
+
+Every key has a default or a clear "required" error; an unknown key is an error (a typo must
+not silently fall back to a default). Errors name the key path and the offending value.
+Secrets come from `password_env` / `password_file` (or inline `password`, discouraged) and are
+`SecretStr`, so they never appear in reprs or logs.
+
+Environment overrides: `REPLICAD_SOURCE__HOST=db1` sets `source.host`; nested keys are joined
+by double underscores; values are read as YAML scalars (`REPLICAD_SOURCE__PORT=3307` is an int).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from replicad.errors import ConfigError
+
+ENV_PREFIX = "REPLICAD_"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TlsConfig(_Strict):
+    mode: Literal["disabled", "preferred", "required", "verify-ca", "verify-identity"] = "preferred"
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    server_public_key: Path | None = None  # caching_sha2 RSA key, instead of asking the server
+
+    @model_validator(mode="after")
+    def _ca_for_verification(self) -> TlsConfig:
+        if self.mode in ("verify-ca", "verify-identity") and self.ca is None:
+            raise ValueError(f"tls.mode {self.mode} needs tls.ca (the CA certificate file)")
+        return self
+
+
+class StartConfig(_Strict):
+    """Where to start when no position is stored: exactly one of the fields."""
+
+    gtid: str | None = None
+    file: str | None = None
+    pos: int = Field(4, ge=4)
+
+
+class ReconnectConfig(_Strict):
+    initial_s: float = Field(0.5, gt=0)
+    max_s: float = Field(30.0, gt=0)
+    jitter: float = Field(0.2, ge=0, le=1)
+
+
+class SourceConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535)
+    user: str = "repl"
+    password: SecretStr | None = None
+    password_env: str | None = None
+    password_file: Path | None = None
+    server_id: int = Field(4242, ge=1, le=2**32 - 1)
+    replica_uuid: str | None = None
+    tls: TlsConfig = TlsConfig()
+    start: Literal["earliest", "latest"] | StartConfig = "latest"
+    heartbeat_s: float = Field(5.0, gt=0, le=4294967)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    reconnect: ReconnectConfig = ReconnectConfig()
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> SourceConfig:
+        given = [
+            k for k in ("password", "password_env", "password_file") if getattr(self, k) is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(f"give only one of {', '.join(given)}")
+        return self
+
+    def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
+        environ = os.environ if environ is None else environ
+        if self.password is not None:
+            return self.password.get_secret_value()
+        if self.password_env is not None:
+            if self.password_env not in environ:
+                raise ConfigError(
+                    "source.password_env names an environment variable that is not set",
+                    key="source.password_env",
+                    value=self.password_env,
+                )
+            return environ[self.password_env]
+        if self.password_file is not None:
+            try:
+                return self.password_file.read_text().rstrip("\n")
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read the password file: {exc.strerror}",
+                    key="source.password_file",
+                    value=str(self.password_file),
+                ) from None
+        return ""
+
+
+class StdoutSinkConfig(_Strict):
+    path: Path | None = None  # None: standard output; else a file appended to
+
+
+class SinksConfig(_Strict):
+    stdout: StdoutSinkConfig | None = None
+
+
+class LocalStoreConfig(_Strict):
+    path: Path = Path("replicad-position.json")
+
+
+class CoordinationConfig(_Strict):
+    local: LocalStoreConfig = LocalStoreConfig()
+
+
+class SchemaConfig(_Strict):
+    history_path: Path | None = None  # default: next to the position file
+
+
+class LogConfig(_Strict):
+    format: Literal["json", "console"] = "console"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Config(_Strict):
+    pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    source: SourceConfig = SourceConfig()
+    sinks: SinksConfig = SinksConfig()
+    coordination: CoordinationConfig = CoordinationConfig()
+    schema_: SchemaConfig = Field(SchemaConfig(), alias="schema")
+    log: LogConfig = LogConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    top_level = {"pipeline", "source", "sinks", "coordination", "schema", "log"}
+    for name, raw in environ.items():
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        # Only variables naming a config section count (REPLICAD_PURE_PYTHON etc. are not).
+        if not name.startswith(ENV_PREFIX) or path[0] not in top_level:
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"environment variable {name} conflicts with another", key=name)
+        node[path[-1]] = value
+    return tree
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Read the YAML file (None: defaults only), apply environment overrides, validate."""
+    environ = os.environ if environ is None else environ
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the config file: {exc.strerror}", file=str(path)
+            ) from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file is not valid YAML: {exc}", file=str(path)) from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError("config file must hold a mapping at the top", file=str(path))
+        data = loaded
+    data = _merge(data, _env_overrides(environ))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-"))
+        value = "***" if "password" in key else _redact(first.get("input"))
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid configuration: {problems}", key=key or None, value=_short(value)
+        ) from None
+
+
+def _redact(value: object) -> object:
+    """Hide secrets in a value quoted by an error message."""
+    if isinstance(value, dict):
+        return {
+            k: "***" if "password" in str(k) and k != "password_env" else _redact(v)
+            for k, v in value.items()
+        }
+    return value
+
+
+def _short(value: object) -> object:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
