@@ -61,3 +61,48 @@ class GtidError(ReplicadError, ValueError):
 
 class JsonDecodeError(BinlogError):
     """MySQL binary JSON or a JSON diff that cannot be decoded."""
+
+
+class ProtocolError(ReplicadError):
+    """The MySQL client/server protocol was broken: bad framing, a wrong sequence id, a packet
+    that contradicts its layout or arrives in the wrong state, or a misuse of the connection."""
+
+
+class ServerError(ReplicadError):
+    """The server answered with an ERR packet; `code` is the MySQL/MariaDB error number."""
+
+    def __init__(self, code: int, sqlstate: str | None, message: str, **context: object) -> None:
+        self.code = code
+        self.sqlstate = sqlstate
+        self.message = message
+        state = f" ({sqlstate})" if sqlstate else ""
+        super().__init__(f"server error {code}{state}: {message}", **context)
+
+
+class AuthError(ReplicadError):
+    """Authentication failed or cannot be attempted. Names the account, never the password.
+    `code`/`sqlstate` are set when the server refused with an ERR packet."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        code: int | None = None,
+        sqlstate: str | None = None,
+        **context: object,
+    ) -> None:
+        self.code = code
+        self.sqlstate = sqlstate
+        super().__init__(reason, code=code, **context)
+
+
+class ConnectError(ReplicadError):
+    """The server could not be reached (refused, unresolvable, timed out); names host:port."""
+
+
+class TlsError(ReplicadError):
+    """TLS was required but could not be negotiated or the server's certificate was refused."""
+
+
+class ConnectionLostError(ReplicadError):
+    """The server closed the connection, or it broke, while a reply was still expected."""
