@@ -40,6 +40,20 @@ wait_for() { # wait_for <deadline seconds> <command...>
 mariadb_dir="$STATE/mariadb"
 mariadb_cnf="$mariadb_dir/my.cnf"
 
+mariadb_tls() { # a private CA and a server certificate for localhost/127.0.0.1, made once
+  local d="$mariadb_dir/ssl"
+  [ -f "$d/server-cert.pem" ] && return 0
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=replicad test CA" \
+    -keyout "$d/ca-key.pem" -out "$d/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$d/server-key.pem" -out "$d/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+    >"$d/ext.cnf"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca-key.pem" -CAcreateserial \
+    -days 3650 -extfile "$d/ext.cnf" -out "$d/server-cert.pem" 2>/dev/null
+}
+
 mariadb_write_cnf() {
   mkdir -p "$mariadb_dir/data" "$mariadb_dir/tmp"
   cat >"$mariadb_cnf" <<EOF
@@ -74,14 +88,18 @@ max_allowed_packet=256M
 character_set_server=utf8mb4
 collation_server=utf8mb4_general_ci
 sql_mode=ONLY_FULL_GROUP_BY,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION
+ssl_ca=$mariadb_dir/ssl/ca.pem
+ssl_cert=$mariadb_dir/ssl/server-cert.pem
+ssl_key=$mariadb_dir/ssl/server-key.pem
 EOF
 }
 
 mariadb_ping() { mariadb-admin --defaults-file="$mariadb_cnf" ping; }
 
 mariadb_up() {
-  apt_install mariadb-server mariadb-client
+  apt_install mariadb-server mariadb-client openssl
   mariadb_write_cnf
+  mariadb_tls
   if mariadb_ping >/dev/null 2>&1; then log "mariadb already up on $MARIADB_PORT"; return 0; fi
   if [ ! -d "$mariadb_dir/data/mysql" ]; then
     log "initialising mariadb datadir"

@@ -184,6 +184,7 @@ class Connection:
         *,
         database: str | None = None,
         tls: bool = False,
+        tls_optional: bool = False,
         server_public_key: bytes | None = None,
         connect_attrs: dict[str, str] | None = None,
         deprecate_eof: bool = True,
@@ -193,6 +194,7 @@ class Connection:
         self._password = Secret(password)
         self.database = database
         self.tls_requested = tls
+        self.tls_optional = tls_optional  # "preferred": carry on in clear text if not offered
         self.server_public_key = server_public_key
         self.connect_attrs = dict(DEFAULT_CONNECT_ATTRS if connect_attrs is None else connect_attrs)
         self.deprecate_eof_requested = deprecate_eof
@@ -378,6 +380,14 @@ class Connection:
             tls=self.tls_requested,
             deprecate_eof=self.deprecate_eof_requested,
         )
+        if self.tls_requested and not server.has(Capability.SSL) and self.tls_optional:
+            self.tls_requested = False
+            self.capabilities = negotiate_capabilities(
+                server,
+                database=self.database is not None,
+                tls=False,
+                deprecate_eof=self.deprecate_eof_requested,
+            )
         if self.tls_requested and not server.has(Capability.SSL):
             raise TlsError(
                 "TLS is required but the server does not offer it (no CLIENT_SSL)",

@@ -249,10 +249,12 @@ def build_handshake_response(
 
 
 class TlsMode(enum.Enum):
-    """Named after MySQL's --ssl-mode. There is no PREFERRED: a silent downgrade to clear text
-    is not something a replica carrying a whole database's changes should do."""
+    """Named after MySQL's --ssl-mode. PREFERRED (MySQL's client default) encrypts when the
+    server offers TLS and otherwise continues in clear text; it checks no certificate, so a
+    replica carrying a whole database's changes should use VERIFY_IDENTITY in production."""
 
     DISABLED = "disabled"
+    PREFERRED = "preferred"  # TLS when offered, unverified; clear text otherwise
     REQUIRED = "required"  # encrypted, server certificate not checked
     VERIFY_CA = "verify-ca"  # certificate chain checked against the CA
     VERIFY_IDENTITY = "verify-identity"  # chain and host name checked
@@ -278,7 +280,7 @@ def build_ssl_context(config: TlsConfig) -> ssl.SSLContext | None:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        if config.mode is TlsMode.REQUIRED:
+        if config.mode in (TlsMode.REQUIRED, TlsMode.PREFERRED):
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         else:

@@ -286,6 +286,7 @@ async def connect(
         Secret(password),
         database=database,
         tls=ssl_context is not None,
+        tls_optional=tls_config.mode is TlsMode.PREFERRED,
         server_public_key=server_public_key,
         connect_attrs=attrs,
         deprecate_eof=deprecate_eof,

@@ -25,12 +25,14 @@ from replicad.binlog.parser import BinlogParser
 from replicad.binlog.rows import RowsEvent
 from replicad.errors import AuthError, ConnectError, ServerError, TlsError
 from replicad.protocol.auth import ed25519_public_key
+from replicad.protocol.handshake import TlsConfig, TlsMode
 from replicad.protocol.transport import AsyncConnection, connect
 from tests.conftest import MARIADB_PORT
 
 pytestmark = pytest.mark.integration
 
 HOST = "127.0.0.1"
+ROOT = Path(__file__).resolve().parents[2]
 
 MakeUser = Callable[..., str]
 Db = tuple[pymysql.connections.Connection, str]
@@ -155,21 +157,22 @@ async def test_unreachable_port(mariadb: dict[str, object]) -> None:
 
 @pytest.mark.asyncio
 async def test_tls_required(mariadb: dict[str, object]) -> None:
+    # scripts/services.sh gives the server a private CA and certificate.
     root = _root()
     with root.cursor() as cur:
         cur.execute("SELECT @@have_ssl")
         (have_ssl,) = cur.fetchone()
     root.close()
-    if have_ssl == "YES":
-        conn = await connect(HOST, MARIADB_PORT, "root", "root", tls="required")
+    assert have_ssl == "YES"
+    ca = ROOT / ".services" / "mariadb" / "ssl" / "ca.pem"
+    for tls in ("required", "preferred", TlsConfig(TlsMode.VERIFY_IDENTITY, ca=ca)):
+        conn = await connect(HOST, MARIADB_PORT, "root", "root", tls=tls)
         assert conn.server.tls
         (cipher,) = (await conn.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")).rows[0][1:]
         assert cipher
         await conn.close()
-    else:
-        # This server was started without ssl_cert/ssl_key: TLS must fail, not fall back.
-        with pytest.raises(TlsError, match="does not offer"):
-            await connect(HOST, MARIADB_PORT, "root", "root", tls="required")
+    with pytest.raises(TlsError, match="certificate rejected"):
+        await connect(HOST, MARIADB_PORT, "root", "root", tls=TlsConfig(TlsMode.VERIFY_CA))
 
 
 @pytest.mark.asyncio

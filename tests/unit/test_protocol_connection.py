@@ -218,6 +218,20 @@ def test_tls_required_but_not_offered() -> None:
     assert conn.data_to_send() == b""  # nothing, not even the password, went out
 
 
+def test_tls_preferred_but_not_offered_continues_in_clear_text() -> None:
+    conn = Connection("repl", PASSWORD, tls=True, tls_optional=True)
+    server = ScriptedServer(conn)
+    server.say(greeting(caps=MYSQL8_CAPS & ~Capability.SSL))
+    assert server.events() == []
+    response = parse_response(server.hear())
+    assert not response.caps & Capability.SSL, "no SSLRequest: the full response went out"
+    assert server.seq == 2
+    server.say(b"\x01\x03")  # fast auth success
+    server.say(OK)
+    (ready,) = server.events()
+    assert isinstance(ready, Ready) and not ready.tls
+
+
 def test_clear_text_during_tls_upgrade_is_refused() -> None:
     conn = Connection("repl", PASSWORD, tls=True)
     server = ScriptedServer(conn)

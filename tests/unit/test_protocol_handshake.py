@@ -271,4 +271,10 @@ def test_tls_key_without_cert_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_tls_mode_names_match_mysql_ssl_mode() -> None:
-    assert [m.value for m in TlsMode] == ["disabled", "required", "verify-ca", "verify-identity"]
+    assert [m.value for m in TlsMode] == [
+        "disabled",
+        "preferred",
+        "required",
+        "verify-ca",
+        "verify-identity",
+    ]
