@@ -3,23 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
+
+import structlog
 
 from replicad.binlog.changes import iter_row_changes
 from replicad.binlog.events import Event
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
 from replicad.binlog.rows import RowsEvent, TableMapEvent
-from replicad.errors import ReplicadError
+from replicad.config import Config, load_config
+from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
+from replicad.service.check import run_check
+from replicad.service.daemon import run_until_stopped
+from replicad.service.logging import configure_logging
 from replicad.sinks.envelope import change_to_dict, dumps
+from replicad.source.stream import PositionLostError
 
 EXIT_OK = 0
-EXIT_DATA_ERROR = 65  # EX_DATAERR: the input could not be decoded
+EXIT_CHECK_FAILED = 1  # `check` found something that would stop replication
 EXIT_USAGE = 64  # EX_USAGE
+EXIT_DATA_ERROR = 65  # EX_DATAERR: the input could not be decoded
+EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: transient failure; a restart may succeed
+EXIT_CONFIG = 78  # EX_CONFIG: configuration, credentials or position need an operator
 
 
 def _position(text: str) -> int:
@@ -64,6 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="decode even when an event's CRC32 does not match",
     )
     dump.set_defaults(func=cmd_dump)
+
+    run = commands.add_parser(
+        "run",
+        help="stream changes from the primary",
+        description=(
+            "Connect to the primary as a replica and publish every committed row change. "
+            "Without Kafka/ZooKeeper settings, changes go to standard output as JSON lines "
+            "and the position to a local file. SIGTERM/SIGINT finish the transaction in "
+            "flight, save the position and exit 0."
+        ),
+    )
+    run.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    run.set_defaults(func=cmd_run)
+
+    check = commands.add_parser(
+        "check",
+        help="preflight the primary: connectivity, binlog settings, privileges, retention",
+    )
+    check.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    check.set_defaults(func=cmd_check)
     return parser
 
 
@@ -74,6 +106,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except BrokenPipeError:
         return EXIT_OK
+
+
+def _load(args: argparse.Namespace) -> tuple[Config, str]:
+    config = load_config(args.config)
+    configure_logging(config.log.format, config.log.level)
+    return config, config.source.resolve_password()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config, password = _load(args)
+    except ConfigError as exc:
+        print(f"replicad run: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def main_loop() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_until_stopped(config, password, stop)
+
+    try:
+        asyncio.run(main_loop())
+    except (ConfigError, AuthError, PositionLostError, TlsError) as exc:
+        # Restarting cannot fix these: tell systemd not to (see deploy/).
+        structlog.get_logger("replicad").error("fatal", error=str(exc), kind=type(exc).__name__)
+        return EXIT_CONFIG
+    except ReplicadError as exc:
+        structlog.get_logger("replicad").error("failed", error=str(exc), kind=type(exc).__name__)
+        return EXIT_TEMPFAIL
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        config, password = _load(args)
+    except ConfigError as exc:
+        print(f"replicad check: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    findings = asyncio.run(run_check(config, password))
+    for finding in findings:
+        print(f"{finding.level:<4}  {finding.topic:<20} {finding.text}")
+    failed = [f for f in findings if f.level == "FAIL"]
+    print(
+        "replication would stop: fix the FAIL lines above"
+        if failed
+        else "ready to replicate"
+        + (" (see WARN lines)" if any(f.level == "WARN" for f in findings) else "")
+    )
+    return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 
 def cmd_dump(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from replicad.binlog.events import (
     RotateEvent,
     XidEvent,
 )
-from replicad.binlog.rows import RowsEvent, TableMapEvent
+from replicad.binlog.rows import RowsEvent
 from replicad.binlog.values import ColumnType
 
 
@@ -43,8 +43,7 @@ def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Ite
     gtid: str | None = None
     for event in events:
         if isinstance(event, RowsEvent):
-            table = event.table_map
-            yield from _changes(event, current_file, gtid, table)
+            yield from changes_of(event, current_file, gtid)
         elif isinstance(event, (GtidEvent, MariaGtidEvent)):
             gtid = event.gtid
         elif isinstance(event, XidEvent):
@@ -55,9 +54,9 @@ def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Ite
             current_file = event.next_file
 
 
-def _changes(
-    event: RowsEvent, file: str | None, gtid: str | None, table: TableMapEvent | None
-) -> Iterator[RowChange]:
+def changes_of(event: RowsEvent, file: str | None, gtid: str | None) -> Iterator[RowChange]:
+    """The row changes of one ROWS event, with their source coordinates."""
+    table = event.table_map
     op = event.op
     header = event.header
     db = table.schema if table else ""

@@ -38,12 +38,16 @@ class Position:
         return None
 
     def after_commit(self, file: str, pos: int, gtid: Gtid | MariaGtid | None) -> Position:
-        """The position after a transaction that carried `gtid` and ended at file:pos."""
+        """The position after a transaction that carried `gtid` and ended at file:pos.
+
+        GTIDs are only accumulated onto a known starting state: a set built from the GTIDs
+        seen since an arbitrary file:pos would claim less than the server executed, and
+        resuming from it would replay (or, once purged, fail on) everything before."""
         mysql, maria = self.mysql_gtids, self.mariadb_gtids
-        if isinstance(gtid, Gtid):
-            mysql = (mysql or GtidSet()).with_gtid(gtid)
-        elif isinstance(gtid, MariaGtid):
-            maria = (maria or MariaGtidPosition()).advance(gtid)
+        if isinstance(gtid, Gtid) and mysql is not None:
+            mysql = mysql.with_gtid(gtid)
+        elif isinstance(gtid, MariaGtid) and maria is not None:
+            maria = maria.advance(gtid)
         return Position(file, pos, mysql, maria, 0)
 
     def with_row(self, row: int) -> Position:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from replicad.binlog.files import iter_file_events
+from replicad.binlog.gtid import MariaGtidPosition
 from replicad.source.position import Position
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
 from tests.binlog_helpers import binlog_files_since, binlog_position
@@ -40,7 +41,12 @@ def test_real_workload_positions_and_gtids(db, mariadb) -> None:
         cur.execute("SELECT @@gtid_binlog_pos")
         (server_pos,) = cur.fetchone()
 
-    assembler = TransactionAssembler(Position(file, pos))
+    with conn.cursor() as cur:
+        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+        (start_gtids,) = cur.fetchone()
+    assembler = TransactionAssembler(
+        Position(file, pos, None, MariaGtidPosition.parse(start_gtids))
+    )
     transactions: list[list[tuple[str, int]]] = []
     commits: list[Commit] = []
     boundaries: dict[str, dict[int, str]] = {}

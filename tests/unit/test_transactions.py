@@ -67,7 +67,7 @@ def test_transactions_and_positions(tmp_path: Path) -> None:
     offsets = [pos for pos, _ in raw]
     type_at = dict(raw)
 
-    start = Position("binlog.000007", 4)
+    start = Position("binlog.000007", 4, GtidSet())  # nothing executed before this file
     assembler = TransactionAssembler(start)
     items = []
     for event in iter_file_events(path):
@@ -106,6 +106,12 @@ def test_transactions_and_positions(tmp_path: Path) -> None:
         elif isinstance(item, Rows):
             per_transaction[-1].extend(after["@1"] for _, after in item.event.rows())
     assert per_transaction == [[10, 11], [], [30, 31], [40], [50], []]
+
+    # Without a known starting GTID state no GTIDs are accumulated (file:pos only).
+    plain = TransactionAssembler(Position("binlog.000007", 4))
+    for event in iter_file_events(path):
+        plain.feed(event)
+    assert plain.position.mysql_gtids is None and plain.position.file == "binlog.000008"
 
     # After the ROTATE the next transaction starts in the new file at 4.
     assert assembler.position == Position("binlog.000008", 4, GtidSet.parse(f"{UUID_A}:1-5"), None)

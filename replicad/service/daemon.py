@@ -1,0 +1,193 @@
+"""The `replicad run` pipeline: primary -> transactions -> sink -> checkpoint.
+
+One direction, no back-edges. Rows are published as they are decoded (a huge transaction
+streams); the position is saved only after the sink has made a transaction's rows durable
+(`commit()`), so a crash re-sends at most the transaction in flight. Inside a huge transaction
+the position is also saved every `checkpoint_rows` rows with a row index, so a restart skips
+the rows already delivered instead of re-sending them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+
+from replicad.binlog.changes import changes_of
+from replicad.binlog.gtid import GtidSet, MariaGtidPosition
+from replicad.config import Config, StartConfig
+from replicad.coordination.local import LocalPositionStore
+from replicad.errors import ConfigError, GtidError
+from replicad.protocol.transport import AsyncConnection
+from replicad.sinks.stdout import JsonLinesSink
+from replicad.source.position import Position
+from replicad.source.stream import (
+    Reconnected,
+    ReplicaStream,
+    ServerInfo,
+    open_connection,
+    server_info,
+)
+from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
+
+log = structlog.get_logger("replicad.daemon")
+
+CHECKPOINT_ROWS = 10_000
+
+
+async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
+    """Where to start when no position is stored, from `source.start`."""
+    if start == "latest":
+        status = await conn.query("SHOW MASTER STATUS")
+        if not status.rows:
+            raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
+        row = status.rows[0]
+        file, pos = str(row[0]), int(row[1])
+        if not info.mariadb and info.gtid_mode and len(row) > 4 and row[4] is not None:
+            # MySQL's Executed_Gtid_Set is exactly the set at this file:pos.
+            executed = str(row[4]).replace("\n", "")
+            return Position(file, pos, GtidSet.parse(executed), None)
+        return await _with_gtids(conn, info, file, pos)
+    if start == "earliest":
+        logs = await conn.query("SHOW BINARY LOGS")
+        if not logs.rows:
+            raise ConfigError("the primary has no binary logs")
+        return await _with_gtids(conn, info, str(logs.rows[0][0]), 4)
+    assert isinstance(start, StartConfig)
+    if start.gtid is not None:
+        try:
+            if info.mariadb:
+                return Position("", 4, None, MariaGtidPosition.parse(start.gtid))
+            return Position("", 4, GtidSet.parse(start.gtid), None)
+        except GtidError as exc:
+            raise ConfigError(str(exc), key="source.start.gtid", value=start.gtid) from None
+    if start.file is None:
+        raise ConfigError("source.start needs a gtid or a file", key="source.start")
+    return await _with_gtids(conn, info, start.file, start.pos)
+
+
+async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: int) -> Position:
+    if info.mariadb:
+        result = await conn.query(f"SELECT BINLOG_GTID_POS('{file}', {int(pos)})")
+        value = result.rows[0][0] if result.rows else None
+        if value is not None:
+            return Position(file, pos, None, MariaGtidPosition.parse(str(value)))
+        return Position(file, pos)
+    return Position(file, pos)  # MySQL: file:pos until a complete GTID set is known
+
+
+class Pipeline:
+    def __init__(self, config: Config, password: str) -> None:
+        self.config = config
+        self.password = password
+        self.store = LocalPositionStore(config.coordination.local.path, config.pipeline)
+        stdout = config.sinks.stdout
+        self.sink = JsonLinesSink(stdout.path if stdout is not None else None)
+        self.stream = ReplicaStream(config.source, password, pipeline=config.pipeline)
+        self.committed: Position | None = None
+        self.transactions = 0
+        self.rows = 0
+        self._in_transaction = False
+        self._stop_requested = False
+
+    def request_stop(self) -> None:
+        self._stop_requested = True
+
+    @property
+    def idle(self) -> bool:
+        return not self._in_transaction
+
+    async def resolve_start(self) -> Position:
+        stored = self.store.load()
+        if stored is not None:
+            log.info("position_loaded", position=str(stored))
+            return stored
+        conn = await open_connection(self.config.source, self.password)
+        try:
+            info = await server_info(conn)
+            position = await initial_position(conn, info, self.config.source.start)
+        finally:
+            await conn.close()
+        log.info("position_initial", position=str(position), start=str(self.config.source.start))
+        return position
+
+    async def run(self) -> None:
+        self.committed = await self.resolve_start()
+        position_of: Callable[[], Position] = lambda: self.committed  # noqa: E731
+        assembler = TransactionAssembler(self.committed)
+        skip = self.committed.row  # rows of the next transaction already delivered
+        delivered = 0
+        gtid_text: str | None = None
+        async for event in self.stream.events(position_of):
+            if isinstance(event, Reconnected):
+                # The transaction in flight (if any) is sent again from its start.
+                skip = max(skip, delivered) if self._in_transaction else skip
+                assembler = TransactionAssembler(self.committed)
+                self._in_transaction = False
+                delivered = 0
+                continue
+            for item in assembler.feed(event):
+                if isinstance(item, Begin):
+                    self._in_transaction = True
+                    delivered = 0
+                    gtid_text = str(item.gtid) if item.gtid is not None else None
+                elif isinstance(item, Rows):
+                    for change in changes_of(item.event, assembler.file, gtid_text):
+                        if delivered < skip:
+                            delivered += 1
+                            continue
+                        self.sink.publish(change)
+                        delivered += 1
+                        self.rows += 1
+                        if delivered % CHECKPOINT_ROWS == 0:
+                            self._checkpoint(self.committed.with_row(delivered))
+                elif isinstance(item, Commit):
+                    self._checkpoint(item.position)
+                    self.committed = item.position
+                    self._in_transaction = False
+                    self.transactions += 1
+                    skip = delivered = 0
+                    if self._stop_requested:
+                        return
+            if self._stop_requested and not self._in_transaction:
+                return
+
+    def _checkpoint(self, position: Position) -> None:
+        self.sink.commit()
+        self.store.save(position)
+
+    async def close(self) -> None:
+        await self.stream.close()
+        self.sink.commit()
+        self.sink.close()
+
+
+async def run_until_stopped(config: Config, password: str, stop: asyncio.Event) -> Pipeline:
+    """Run the pipeline until `stop` is set; the transaction in flight is finished first."""
+    pipeline = Pipeline(config, password)
+    task = asyncio.create_task(pipeline.run())
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            pipeline.request_stop()
+            log.info("stop_requested", in_transaction=not pipeline.idle)
+            while not task.done() and not pipeline.idle:
+                await asyncio.wait({task}, timeout=0.05)
+            if not task.done():
+                task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+    finally:
+        stopper.cancel()
+        await pipeline.close()
+    log.info(
+        "stopped",
+        position=str(pipeline.committed),
+        transactions=pipeline.transactions,
+        rows=pipeline.rows,
+    )
+    return pipeline

@@ -1,0 +1,283 @@
+"""Being a replica: connect, set the session up, register, dump, decode; reconnect and resume.
+
+`ReplicaStream.events(position_of)` yields decoded events forever. After any transient failure
+(connection reset, server restart, dump thread killed, heartbeat silence) it waits with
+exponential backoff and jitter, reconnects and resumes at `position_of()` — the position after
+the last complete transaction the caller has handled — and yields a `Reconnected` marker first,
+so that the caller can drop its half-seen transaction and skip rows it already delivered.
+
+Fatal conditions raise instead: wrong credentials, a position the primary no longer has
+(error 1236: binlog purged), a binlog format replicad cannot read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from replicad.binlog.events import Event, TransactionPayloadEvent
+from replicad.binlog.parser import BinlogParser
+from replicad.config import SourceConfig
+from replicad.errors import (
+    AuthError,
+    ConfigError,
+    ReplicadError,
+    ServerError,
+    TlsError,
+)
+from replicad.protocol.handshake import TlsConfig, TlsMode
+from replicad.protocol.transport import AsyncConnection, connect
+from replicad.source.position import Position
+
+log = structlog.get_logger("replicad.source")
+
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+
+
+class PositionLostError(ReplicadError):
+    """The primary can no longer serve the stored position (binlog purged or never existed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    version: str
+    mariadb: bool
+    server_id: int
+    checksum: bool
+    binlog_format: str
+    row_image: str
+    row_metadata: str | None
+    gtid_position: str  # MariaDB @@gtid_binlog_pos or MySQL @@gtid_executed ("" if none)
+    gtid_mode: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnected:
+    """Marker: the stream restarted at `position`; anything after it is sent again."""
+
+    position: Position
+    attempt: int
+
+
+def replica_uuid(source: SourceConfig, pipeline: str) -> str:
+    if source.replica_uuid:
+        return source.replica_uuid
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"replicad:{pipeline}:{source.server_id}"))
+
+
+def tls_config(source: SourceConfig) -> TlsConfig:
+    tls = source.tls
+    return TlsConfig(TlsMode(tls.mode), ca=tls.ca, cert=tls.cert, key=tls.key)
+
+
+async def open_connection(source: SourceConfig, password: str) -> AsyncConnection:
+    return await connect(
+        source.host,
+        source.port,
+        source.user,
+        password,
+        tls=tls_config(source),
+        connect_timeout=source.connect_timeout_s,
+        read_timeout=max(source.connect_timeout_s, 30.0),
+        server_public_key=source.tls.server_public_key,
+    )
+
+
+async def server_info(conn: AsyncConnection) -> ServerInfo:
+    version = await _scalar(conn, "SELECT @@version")
+    mariadb = "mariadb" in version.lower()
+    checksum = (await _variable(conn, "binlog_checksum") or "NONE").upper()
+    metadata = await _variable(conn, "binlog_row_metadata")
+    if mariadb:
+        gtid = await _scalar(conn, "SELECT @@gtid_binlog_pos")
+        gtid_mode = True
+    else:
+        gtid_mode = (await _variable(conn, "gtid_mode") or "OFF").upper() == "ON"
+        gtid = await _scalar(conn, "SELECT @@gtid_executed") if gtid_mode else ""
+    return ServerInfo(
+        version=version,
+        mariadb=mariadb,
+        server_id=int(await _scalar(conn, "SELECT @@server_id")),
+        checksum=checksum == "CRC32",
+        binlog_format=(await _variable(conn, "binlog_format") or "").upper(),
+        row_image=(await _variable(conn, "binlog_row_image") or "").upper(),
+        row_metadata=metadata.upper() if metadata else None,
+        gtid_position=(gtid or "").replace("\n", ""),
+        gtid_mode=gtid_mode,
+    )
+
+
+async def _scalar(conn: AsyncConnection, sql: str) -> str:
+    result = await conn.query(sql)
+    value = result.rows[0][0] if result.rows else None
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value or ""
+
+
+async def _variable(conn: AsyncConnection, name: str) -> str | None:
+    result = await conn.query(f"SHOW GLOBAL VARIABLES LIKE '{name}'")
+    if not result.rows:
+        return None
+    value = result.rows[0][1]
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class ReplicaStream:
+    def __init__(self, source: SourceConfig, password: str, *, pipeline: str) -> None:
+        self.source = source
+        self._password = password
+        self.pipeline = pipeline
+        self.info: ServerInfo | None = None
+        self.connections = 0
+        self._conn: AsyncConnection | None = None
+
+    async def events(
+        self, position_of: Callable[[], Position]
+    ) -> AsyncIterator[Event | Reconnected]:
+        attempt = 0
+        delay = self.source.reconnect.initial_s
+        while True:
+            position = position_of()
+            try:
+                conn = await self._start(position)
+            except (AuthError, ConfigError, TlsError, PositionLostError):
+                raise
+            except (ReplicadError, OSError) as exc:
+                attempt += 1
+                delay = await self._backoff(exc, attempt, delay, position)
+                continue
+            if self.connections > 1:
+                yield Reconnected(position, attempt)
+            attempt = 0
+            delay = self.source.reconnect.initial_s
+            try:
+                async for event in self._decode(conn):
+                    yield event
+                # A blocking dump never ends by itself: the server went away.
+                raise ConnectionResetError("the primary ended the binlog stream")
+            except PositionLostError:
+                raise
+            except ServerError as exc:
+                if exc.code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+                    raise self._position_lost(exc, position) from None
+                attempt += 1
+                delay = await self._backoff(exc, attempt, delay, position)
+            except (ReplicadError, OSError, TimeoutError) as exc:
+                attempt += 1
+                delay = await self._backoff(exc, attempt, delay, position)
+            finally:
+                await conn.close()
+                self._conn = None
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _backoff(
+        self, exc: BaseException, attempt: int, delay: float, position: Position
+    ) -> float:
+        jitter = self.source.reconnect.jitter
+        wait = delay * (1 + random.uniform(-jitter, jitter))
+        log.warning(
+            "source_disconnected",
+            error=str(exc),
+            error_type=type(exc).__name__,
+            attempt=attempt,
+            retry_in_s=round(wait, 3),
+            resume_at=str(position),
+        )
+        await asyncio.sleep(wait)
+        return min(delay * 2, self.source.reconnect.max_s)
+
+    def _position_lost(self, exc: ServerError, position: Position) -> PositionLostError:
+        return PositionLostError(
+            "the primary cannot serve the stored position (its binlog was purged or never "
+            "existed): changes after it are no longer available. Re-snapshot the downstream "
+            "data, then start again from 'earliest' or 'latest' (delete the position file or "
+            "use `replicad position reset`)",
+            position=str(position),
+            server_message=exc.message,
+        )
+
+    async def _start(self, position: Position) -> AsyncConnection:
+        conn = await open_connection(self.source, self._password)
+        self._conn = conn
+        try:
+            info = await server_info(conn)
+            self.info = info
+            await self._prepare_session(conn, info)
+            await conn.register_replica(self.source.server_id, user=self.source.user)
+            await self._start_dump(conn, info, position)
+        except BaseException:
+            await conn.close()
+            self._conn = None
+            raise
+        self.connections += 1
+        log.info(
+            "source_connected",
+            host=self.source.host,
+            port=self.source.port,
+            server_version=info.version,
+            start=str(position),
+            connection=self.connections,
+        )
+        return conn
+
+    async def _prepare_session(self, conn: AsyncConnection, info: ServerInfo) -> None:
+        checksum = "CRC32" if info.checksum else "NONE"
+        period_ns = int(self.source.heartbeat_s * 1_000_000_000)
+        uid = replica_uuid(self.source, self.pipeline)
+        statements = [
+            f"SET @master_binlog_checksum = '{checksum}', @source_binlog_checksum = '{checksum}'",
+            f"SET @master_heartbeat_period = {period_ns}, @source_heartbeat_period = {period_ns}",
+            f"SET @slave_uuid = '{uid}', @replica_uuid = '{uid}'",
+        ]
+        if info.mariadb:
+            statements.append("SET @mariadb_slave_capability = 4")
+        for sql in statements:
+            await conn.execute(sql)
+
+    async def _start_dump(
+        self, conn: AsyncConnection, info: ServerInfo, position: Position
+    ) -> None:
+        server_id = self.source.server_id
+        if info.mariadb and position.mariadb_gtids is not None:
+            # GTID positions survive rotations and are checked by the server (strict mode).
+            await conn.execute(f"SET @slave_connect_state = '{position.mariadb_gtids}'")
+            await conn.execute("SET @slave_gtid_strict_mode = 1")
+            await conn.execute("SET @slave_gtid_ignore_duplicates = 0")
+            await conn.start_dump(server_id, "", 4)
+        elif not info.mariadb and position.mysql_gtids is not None and info.gtid_mode:
+            await conn.start_dump(server_id, "", 4, gtid_set=position.mysql_gtids)
+        else:
+            await conn.start_dump(server_id, position.file, position.pos)
+
+    async def _decode(self, conn: AsyncConnection) -> AsyncIterator[Event]:
+        assert self.info is not None
+        parser = BinlogParser(checksums=self.info.checksum, source=f"{self.source.host}")
+        silence = max(self.source.heartbeat_s * 3, 5.0)
+        iterator = conn.__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout(silence):
+                    raw = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise TimeoutError(
+                    f"no event or heartbeat from the primary for {silence:.0f} s"
+                ) from None
+            event = parser.parse(raw)
+            header = event.header
+            if header.log_pos and header.log_pos >= header.event_size:
+                header.pos = header.log_pos - header.event_size
+            yield event
+            if isinstance(event, TransactionPayloadEvent):
+                for inner in parser.payload_events(event):
+                    yield inner
