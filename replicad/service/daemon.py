@@ -123,6 +123,12 @@ class Pipeline:
             if isinstance(event, Reconnected):
                 # The transaction in flight (if any) is sent again from its start.
                 skip = max(skip, delivered) if self._in_transaction else skip
+                log.info(
+                    "source_resumed",
+                    position=str(event.position),
+                    in_transaction=self._in_transaction,
+                    skip_rows=skip,
+                )
                 assembler = TransactionAssembler(self.committed)
                 self._in_transaction = False
                 delivered = 0

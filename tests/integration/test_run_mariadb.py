@@ -1,0 +1,372 @@
+"""`replicad run` against the real MariaDB, as a subprocess: random DML across tables, the dump
+thread killed mid-transaction, SIGTERM and SIGKILL restarts, ALTER TABLE between changes,
+binlogs purged past the position, wrong credentials.
+
+Oracle: fold the JSON-lines stream by primary key (c/u/d in order) and compare with the
+tables' final state; count duplicates by source coordinates (file, pos, row).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from tests.conftest import MARIADB_PORT, _connect
+from tests.tcp_proxy import FaultProxy
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Replicad:
+    """One `replicad run` subprocess writing JSON lines to a file."""
+
+    def __init__(self, tmp: Path, *, server_id: int, user: str = "repl", password: str = "repl",
+                 start: str = "latest", extra: str = "",
+                 port: int = MARIADB_PORT) -> None:  # fmt: skip
+        self.tmp = tmp
+        self.out = tmp / "changes.jsonl"
+        self.err = tmp / "replicad.log"
+        self.position = tmp / "position.json"
+        self.config = tmp / "config.yaml"
+        self.config.write_text(
+            f"pipeline: test\n"
+            f"source:\n  host: 127.0.0.1\n  port: {port}\n  user: {user}\n"
+            f"  password_env: TEST_REPLICAD_PASSWORD\n  server_id: {server_id}\n"
+            f"  start: {start}\n  heartbeat_s: 1\n"
+            f"  reconnect: {{initial_s: 0.05, max_s: 0.5}}\n"
+            f"sinks:\n  stdout: {{path: {self.out}}}\n"
+            f"coordination:\n  local: {{path: {self.position}}}\n"
+            f"log: {{format: json, level: info}}\n{extra}"
+        )
+        self.password = password
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "TEST_REPLICAD_PASSWORD": self.password}
+        with self.err.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
+        wait_for(lambda: b"source_connected" in self.err.read_bytes() or self.proc.poll()
+                 is not None, 20, "replicad to connect")  # fmt: skip
+        assert self.proc.poll() is None, self.err.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def changes(self) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line]
+
+    def log_events(self) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.err.read_text().splitlines() if x.startswith("{")]
+
+
+@pytest.fixture
+def workdb(db) -> Iterator[tuple[pymysql.connections.Connection, str]]:
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT)")
+        cur.execute("CREATE TABLE b (k VARCHAR(20) PRIMARY KEY, d DECIMAL(10,2), t DATETIME(3))")
+    yield conn, name
+
+
+def fold(changes: list[dict[str, Any]], db: str) -> dict[str, dict[str, Any]]:
+    tables: dict[str, dict[str, Any]] = {"a": {}, "b": {}}
+    for change in changes:
+        if change["db"] != db:
+            continue
+        rows = tables.setdefault(change["table"], {})
+        key_column = "id" if change["table"] == "a" else "k"
+        if change["before"] is not None:
+            rows.pop(change["before"][key_column], None)
+        if change["after"] is not None:
+            rows[change["after"][key_column]] = change["after"]
+    return tables
+
+
+def table_state(conn, db: str) -> dict[str, dict[str, Any]]:
+    state: dict[str, dict[str, Any]] = {}
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT id, v, n FROM `{db}`.a")
+        state["a"] = {r["id"]: r for r in cur.fetchall()}
+        cur.execute(f"SELECT k, d, t FROM `{db}`.b")
+        state["b"] = {
+            r["k"]: {"k": r["k"], "d": str(r["d"]), "t": r["t"].isoformat()} for r in cur.fetchall()
+        }
+    return state
+
+
+def random_workload(conn, db: str, transactions: int, seed: int) -> None:
+    rng = random.Random(seed)
+    with conn.cursor() as cur:
+        for _ in range(transactions):
+            cur.execute("BEGIN")
+            for _ in range(rng.randint(1, 12)):
+                roll = rng.random()
+                key = rng.randint(1, 60)
+                if roll < 0.5:
+                    cur.execute(
+                        f"REPLACE INTO `{db}`.a VALUES (%s, %s, %s)",
+                        (key, "v" * rng.randint(0, 40), rng.randint(-(2**63), 2**63 - 1)),
+                    )
+                elif roll < 0.7:
+                    cur.execute(
+                        f"INSERT INTO `{db}`.b VALUES (%s, %s, NOW(3)) "
+                        "ON DUPLICATE KEY UPDATE d = VALUES(d)",
+                        (f"k{key}", f"{rng.randint(-99999999, 99999999) / 100:.2f}"),
+                    )
+                elif roll < 0.85:
+                    cur.execute(f"UPDATE `{db}`.a SET n = n DIV 2 WHERE id < %s", (key,))
+                else:
+                    cur.execute(f"DELETE FROM `{db}`.a WHERE id = %s", (key,))
+            cur.execute("COMMIT")
+
+
+def assert_converged(replicad: Replicad, conn, db: str, timeout: float = 30) -> None:
+    expected = table_state(conn, db)
+
+    def folded() -> bool:
+        return fold(replicad.changes(), db) == expected
+
+    try:
+        wait_for(folded, timeout, "the change stream to fold into the tables' state")
+    except AssertionError:
+        got = fold(replicad.changes(), db)
+        for table in expected:
+            missing = set(expected[table]) - set(got.get(table, {}))
+            extra = set(got.get(table, {})) - set(expected[table])
+            wrong = [k for k in expected[table] if k in got.get(table, {})
+                     and got[table][k] != expected[table][k]]  # fmt: skip
+            print(table, "missing", sorted(missing)[:10], "extra", sorted(extra)[:10],
+                  "wrong", wrong[:5])  # fmt: skip
+        raise
+
+
+def duplicates(changes: list[dict[str, Any]], db: str) -> int:
+    seen: set[tuple[str, int, int]] = set()
+    dups = 0
+    for change in changes:
+        if change["db"] != db:
+            continue
+        s = change["source"]
+        key = (s["file"], s["pos"], s["row"])
+        dups += key in seen
+        seen.add(key)
+    return dups
+
+
+# ------------------------------------------------------------------------------ tests
+
+
+def test_random_dml_arrives_complete_in_commit_order(workdb, tmp_path) -> None:
+    conn, db = workdb
+    replicad = Replicad(tmp_path, server_id=5101)
+    replicad.start()
+    try:
+        random_workload(conn, db, transactions=150, seed=1)
+        assert_converged(replicad, conn, db)
+    finally:
+        assert replicad.stop() == 0
+    changes = [c for c in replicad.changes() if c["db"] == db]
+    assert duplicates(changes, db) == 0
+    # Commit order: GTID sequence numbers never go backwards; rows of one transaction are
+    # contiguous and numbered 0.. within each ROWS event.
+    seqs = [int(c["source"]["gtid"].rsplit("-", 1)[1]) for c in changes]
+    assert seqs == sorted(seqs)
+    position = json.loads(replicad.position.read_text())["position"]
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (server_gtid,) = cur.fetchone()
+    assert position["mariadb_gtid"] == server_gtid, "the saved position is the last commit"
+    assert any(e["event"] == "stopped" for e in replicad.log_events())
+
+
+def _kill_dump_threads(user: str = "repl") -> int:
+    root = _connect()
+    killed = 0
+    with root.cursor() as cur:
+        cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE "
+                    "'Binlog Dump%%' AND USER = %s", (user,))  # fmt: skip
+        for (thread_id,) in cur.fetchall():
+            try:
+                cur.execute(f"KILL {int(thread_id)}")
+                killed += 1
+            except pymysql.err.OperationalError:
+                pass
+    root.close()
+    return killed
+
+
+def test_dump_thread_killed_while_streaming(workdb, tmp_path) -> None:
+    conn, db = workdb
+    replicad = Replicad(tmp_path, server_id=5102)
+    replicad.start()
+    kills = 0
+    stop_killing = threading.Event()
+
+    def killer() -> None:
+        nonlocal kills
+        while not stop_killing.is_set():
+            kills += _kill_dump_threads()
+            time.sleep(0.03)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        with conn.cursor() as cur:
+            for round_ in range(6):
+                cur.execute("BEGIN")
+                for i in range(300):
+                    key = round_ * 1000 + i
+                    cur.execute(f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
+                                (key, "x" * 40, key))  # fmt: skip
+                cur.execute("COMMIT")
+                random_workload(conn, db, transactions=10, seed=round_)
+    finally:
+        stop_killing.set()
+        thread.join()
+    try:
+        assert_converged(replicad, conn, db, timeout=60)
+    finally:
+        assert replicad.stop() == 0
+    assert kills >= 3, "the test must really kill dump threads"
+    assert len([e for e in replicad.log_events() if e["event"] == "source_resumed"]) >= 2
+    assert duplicates(replicad.changes(), db) == 0
+
+
+def test_connection_cut_mid_transaction_loses_and_repeats_nothing(workdb, tmp_path) -> None:
+    """A TCP proxy cuts the dump connection after a random number of bytes, over and over,
+    while big transactions stream: cuts land inside transactions (asserted), and the stream
+    must still fold to the tables' state with no row delivered twice."""
+    conn, db = workdb
+    with FaultProxy("127.0.0.1", MARIADB_PORT) as proxy:
+        replicad = Replicad(tmp_path, server_id=5107, port=proxy.port)
+        replicad.start()
+        proxy.cut_randomly(2_000, 60_000, seed=11)
+        try:
+            with conn.cursor() as cur:
+                for round_ in range(8):
+                    cur.execute("BEGIN")
+                    cur.executemany(
+                        f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
+                        [(round_ * 1000 + i, "y" * 30, i) for i in range(400)],
+                    )
+                    cur.execute(f"UPDATE `{db}`.a SET n = n + 1 WHERE MOD(id, 7) = 0")
+                    cur.execute("COMMIT")
+            wait_for(lambda: proxy.cuts >= 10, 60, "ten cuts")
+            proxy.never_cut()
+            assert_converged(replicad, conn, db, timeout=60)
+        finally:
+            assert replicad.stop() == 0
+    resumes = [e for e in replicad.log_events() if e["event"] == "source_resumed"]
+    assert any(e["skip_rows"] > 0 for e in resumes), "no cut landed inside a transaction"
+    assert duplicates(replicad.changes(), db) == 0
+
+
+def test_sigterm_and_sigkill_restarts(workdb, tmp_path) -> None:
+    conn, db = workdb
+    replicad = Replicad(tmp_path, server_id=5103)
+    replicad.start()
+    random_workload(conn, db, transactions=30, seed=7)
+    assert_converged(replicad, conn, db)
+    assert replicad.stop(signal.SIGTERM) == 0
+    saved = json.loads(replicad.position.read_text())["position"]
+    random_workload(conn, db, transactions=30, seed=8)  # written while replicad is down
+    replicad.start()
+    assert_converged(replicad, conn, db)
+    assert duplicates(replicad.changes(), db) == 0, "a clean stop re-sends nothing"
+    assert saved["pos"] >= 4
+
+    # SIGKILL while a big transaction streams: only that transaction may repeat.
+    before = len(replicad.changes())
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.executemany(f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
+                        [(5000 + i, "big", i) for i in range(3000)])  # fmt: skip
+        cur.execute("COMMIT")
+    wait_for(lambda: len(replicad.changes()) > before, 20, "the big transaction to start")
+    replicad.stop(signal.SIGKILL)
+    replicad.start()
+    assert_converged(replicad, conn, db, timeout=60)
+    assert duplicates(replicad.changes(), db) <= 3000
+
+
+def test_alter_table_between_changes_full_metadata(workdb, tmp_path) -> None:
+    conn, db = workdb
+    replicad = Replicad(tmp_path, server_id=5104)
+    replicad.start()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT INTO `{db}`.a VALUES (1, 'before', 1)")
+            cur.execute(f"ALTER TABLE `{db}`.a ADD COLUMN extra INT DEFAULT 7 FIRST")
+            cur.execute(f"INSERT INTO `{db}`.a (id, v, n, extra) VALUES (2, 'after', 2, 8)")
+            cur.execute(f"ALTER TABLE `{db}`.a DROP COLUMN v")
+            cur.execute(f"UPDATE `{db}`.a SET n = 3 WHERE id = 2")
+        wait_for(lambda: len([c for c in replicad.changes() if c["db"] == db]) >= 3, 20,
+                 "three changes")  # fmt: skip
+    finally:
+        replicad.stop()
+    changes = [c for c in replicad.changes() if c["db"] == db]
+    assert changes[0]["after"] == {"id": 1, "v": "before", "n": 1}
+    assert list(changes[1]["after"]) == ["extra", "id", "v", "n"]
+    assert changes[1]["after"] == {"extra": 8, "id": 2, "v": "after", "n": 2}
+    assert changes[2]["before"] == {"extra": 8, "id": 2, "n": 2}
+    assert changes[2]["after"] == {"extra": 8, "id": 2, "n": 3}
+
+
+def test_wrong_password_is_a_clear_fatal_error(tmp_path) -> None:
+    replicad = Replicad(tmp_path, server_id=5105, password="not-the-password")
+    result = subprocess.run(
+        [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
+        cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "not-the-password"},
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 78
+    assert b"repl@127.0.0.1" in result.stderr and b"not-the-password" not in result.stderr
+
+
+def test_purged_position_is_fatal_with_advice(workdb, tmp_path) -> None:
+    conn, db = workdb
+    replicad = Replicad(tmp_path, server_id=5106)
+    replicad.start()
+    random_workload(conn, db, transactions=3, seed=3)
+    assert_converged(replicad, conn, db)
+    assert replicad.stop() == 0
+    # Pretend the stored position is in a binlog the primary no longer has.
+    record = json.loads(replicad.position.read_text())
+    record["position"] = {"file": "mariadb-bin.000000", "pos": 4}
+    replicad.position.write_text(json.dumps(record))
+    result = subprocess.run(
+        [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
+        cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "repl"},
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 78, result.stderr
+    assert b"purged" in result.stderr and b"mariadb-bin.000000" in result.stderr
