@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
 
+from replicad.binlog import accel
 from replicad.binlog.values import (
     ColumnSpec,
     ColumnType,
@@ -218,7 +219,25 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
     emit(indent, f"{var}, pos = {decoder}(body, pos)")
 
 
-def compile_image_decoder(columns: Sequence[CompiledColumn], *, mariadb: bool) -> ImageDecoder:
+def compile_image_decoder(
+    columns: Sequence[CompiledColumn], *, mariadb: bool, accelerated: bool | None = None
+) -> ImageDecoder:
+    """The row-image decoder of a layout: the compiled one of `accel` when it is available and
+    enabled (or `accelerated` is True), else the generated Python function. Both return
+    identical rows."""
+    if accelerated is None:
+        accelerated = accel.active()
+    if accelerated:
+        decode = accel.build_decoder(
+            columns, mariadb=mariadb, pure=lambda: compile_python_decoder(columns, mariadb=mariadb)
+        )
+        if decode is not None:
+            return decode
+    return compile_python_decoder(columns, mariadb=mariadb)
+
+
+def compile_python_decoder(columns: Sequence[CompiledColumn], *, mariadb: bool) -> ImageDecoder:
+    """Generate and compile the pure-Python decoder of a layout."""
     src = _Source()
     src.env.update(
         _from_bytes=int.from_bytes,

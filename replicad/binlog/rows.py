@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from replicad.binlog import jsonb
+from replicad.binlog import accel, jsonb
 from replicad.binlog._bytes import msb_first_bits, need, read_lenenc
 from replicad.binlog.charsets import BINARY_COLLATION, codec_of, decode_text
 from replicad.binlog.codegen import CompiledColumn, ImageDecoder, compile_image_decoder
@@ -115,7 +115,7 @@ class TableMapEvent(Event):
     default_charset: int | None = None
     mariadb: bool = False
     layout_key: bytes = b""  # the event body after the table id: equal keys, equal layouts
-    _decoders: dict[int, RowImageDecoder] = field(default_factory=dict, repr=False)
+    _decoders: dict[tuple[int, bool], RowImageDecoder] = field(default_factory=dict, repr=False)
 
     @property
     def column_names(self) -> list[str]:
@@ -126,31 +126,33 @@ class TableMapEvent(Event):
         return [self.columns[i].name for i in self.primary_key if i < len(self.columns)]
 
     def image_decoder(self, present: int) -> RowImageDecoder:
-        decoder = self._decoders.get(present)
+        # Decoders built with and without the compiled accelerator are never mixed up.
+        accelerated = accel.active()
+        decoder = self._decoders.get((present, accelerated))
         if decoder is None:
             # Every transaction repeats its TABLE_MAPs: share compiled decoders between
             # maps that describe the same layout (same bytes apart from the table id).
-            key = (self.layout_key, present, self.mariadb)
-            decoder = _SHARED_DECODERS.pop(key, None) or self._compile(present)
+            key = (self.layout_key, present, self.mariadb, accelerated)
+            decoder = _SHARED_DECODERS.pop(key, None) or self._compile(present, accelerated)
             _SHARED_DECODERS[key] = decoder
             if len(_SHARED_DECODERS) > _SHARED_DECODERS_MAX:
                 del _SHARED_DECODERS[next(iter(_SHARED_DECODERS))]
-            self._decoders[present] = decoder
+            self._decoders[(present, accelerated)] = decoder
         return decoder
 
-    def _compile(self, present: int) -> RowImageDecoder:
+    def _compile(self, present: int, accelerated: bool) -> RowImageDecoder:
         specs = tuple(
             CompiledColumn(column.name, _spec(column, self))
             for column in self.columns
             if present >> column.index & 1
         )
-        decode = compile_image_decoder(specs, mariadb=self.mariadb)
+        decode = compile_image_decoder(specs, mariadb=self.mariadb, accelerated=accelerated)
         return RowImageDecoder(specs, decode, (len(specs) + 7) // 8, self.mariadb)
 
 
 # Least-recently-used cache of compiled row decoders, shared by all parsers (it is keyed by
 # the complete layout, so sharing is safe).
-_SHARED_DECODERS: dict[tuple[bytes, int, bool], RowImageDecoder] = {}
+_SHARED_DECODERS: dict[tuple[bytes, int, bool, bool], RowImageDecoder] = {}
 _SHARED_DECODERS_MAX = 4096
 
 

@@ -26,10 +26,30 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from replicad.binlog import accel, rows
 from replicad.binlog.values import Geometry
 from tests.binlog_helpers import binlog_position, changes_since
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def row_decoder(request: pytest.FixtureRequest) -> Any:
+    """Run every test with the compiled row decoder (replicad.binlog._speedups) and with the
+    generated pure-Python one; decoders are cached per implementation, never shared."""
+    compiled = request.param == "compiled"
+    if compiled and not accel.available():
+        pytest.skip("replicad.binlog._speedups is not built")
+    previous = accel.enabled()
+    accel.set_enabled(compiled)
+    try:
+        yield request.param
+    finally:
+        accel.set_enabled(previous)
+    for key, decoder in rows._SHARED_DECODERS.items():
+        kind = accel.is_compiled(decoder.decode)
+        assert kind == key[-1], f"decoder cached as compiled={key[-1]} is compiled={kind}"
+
 
 ENUM_MEMBERS = ["small", "ÿé", "große", "日本", "😀x"]
 SET_MEMBERS = ["a", "ß", "dé", "e", "日"]
