@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from replicad.binlog.values import (
     ColumnSpec,
     ColumnType,
+    decimal_groups,
+    fraction_reader,
     make_decoder,
     real_type_and_length,
 )
@@ -61,7 +63,6 @@ _INT_OPS = {
     (ColumnType.LONGLONG, False): "i64",
     (ColumnType.LONGLONG, True): "u64",
 }
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _BLOBS = (ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB, ColumnType.LONG_BLOB)
 
 
@@ -89,30 +90,6 @@ def is_compiled(decode: Callable[..., Any]) -> bool:
     """Whether a row-image decoder is the compiled one."""
     owner = getattr(decode, "__self__", None)
     return _speedups is not None and isinstance(owner, _speedups.ImageDecoder)
-
-
-def _fraction(fsp: int) -> tuple[int, int]:
-    """(bytes, multiplier to microseconds) of fractional seconds, as values/codegen."""
-    if fsp <= 0:
-        return 0, 0
-    if fsp <= 2:
-        return 1, 10000
-    if fsp <= 4:
-        return 2, 100
-    return 3, 1
-
-
-def _decimal_groups(precision: int, scale: int) -> tuple[tuple[int, int], ...]:
-    """(bytes, digits) of each base-10^9 group, most significant first (codegen's order)."""
-    intg, frac = precision - scale, scale
-    groups: list[tuple[int, int]] = []
-    if intg % 9:
-        groups.append((_DIG2BYTES[intg % 9], intg % 9))
-    groups += [(4, 9)] * (intg // 9)
-    groups += [(4, 9)] * (frac // 9)
-    if frac % 9:
-        groups.append((_DIG2BYTES[frac % 9], frac % 9))
-    return tuple(groups)
 
 
 def _decimal_width(groups: tuple[tuple[int, int], ...]) -> int:
@@ -169,7 +146,7 @@ def plan_entry(spec: ColumnSpec, *, mariadb: bool) -> PlanEntry:
     if t == ColumnType.NEWDECIMAL:
         precision, scale = meta & 0xFF, meta >> 8
         if 0 < precision <= 65 and scale <= 30 and scale <= precision:
-            groups = _decimal_groups(precision, scale)
+            groups = decimal_groups(precision, scale)
             width = _decimal_width(groups)
             return ("decimal", sum(b for b, _ in groups), scale, width, None, groups)
         return _call(spec, mariadb)
@@ -198,14 +175,14 @@ def plan_entry(spec: ColumnSpec, *, mariadb: bool) -> PlanEntry:
     if t in (ColumnType.DATE, ColumnType.NEWDATE):
         return ("date", 0, 0, 0, None, ())
     if t == ColumnType.DATETIME2:
-        frac_len, scale = _fraction(meta)
+        frac_len, scale = fraction_reader(meta)
         return ("datetime2", frac_len, scale, meta, None, ())
     if t == ColumnType.TIMESTAMP2:
-        frac_len, scale = _fraction(meta)
+        frac_len, scale = fraction_reader(meta)
         zero = "0000-00-00 00:00:00" + ("." + "0" * meta if meta else "")
         return ("timestamp2", frac_len, scale, meta, zero, ())
     if t == ColumnType.TIME2:
-        frac_len, scale = _fraction(meta)
+        frac_len, scale = fraction_reader(meta)
         return ("time2", frac_len, scale, meta, None, ())
     if t == ColumnType.BIT:
         nbytes = (meta >> 8) + (1 if meta & 0xFF else 0)

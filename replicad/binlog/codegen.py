@@ -21,8 +21,10 @@ from replicad.binlog import accel
 from replicad.binlog.values import (
     ColumnSpec,
     ColumnType,
+    decimal_groups,
     format_date,
     format_datetime,
+    fraction_reader,
     make_decoder,
     real_type_and_length,
 )
@@ -35,9 +37,6 @@ _INT_FORMATS = {
     ColumnType.LONG: ("i", "I", 4),
     ColumnType.LONGLONG: ("q", "Q", 8),
 }
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-# fractional-seconds precision -> (bytes, multiplier to microseconds)
-_FRACTION = ((0, 0), (1, 10000), (1, 10000), (2, 100), (2, 100), (3, 1), (3, 1))
 
 
 @dataclass(slots=True)
@@ -51,14 +50,7 @@ def _emit_decimal(src: _Source, indent: int, var: str, precision: int, scale: in
     all bits inverted when negative) and its base-10^9 digit groups are cut out with shifts
     and combined into the unscaled integer; `scaleb` then places the decimal point without
     rounding (its context holds 100 digits, DECIMAL holds at most 65)."""
-    intg, frac = precision - scale, scale
-    groups: list[tuple[int, int]] = []  # (bytes, digits), most significant first
-    if intg % 9:
-        groups.append((_DIG2BYTES[intg % 9], intg % 9))
-    groups += [(4, 9)] * (intg // 9)
-    groups += [(4, 9)] * (frac // 9)
-    if frac % 9:
-        groups.append((_DIG2BYTES[frac % 9], frac % 9))
+    groups = decimal_groups(precision, scale)
     size = sum(b for b, _ in groups)
     top = 8 * size - 1
     terms = []
@@ -104,6 +96,25 @@ class _Source:
         self.lines.append("    " * indent + text)
 
 
+def _emit_text(src: _Source, indent: int, var: str, spec: ColumnSpec, length_bytes: int) -> None:
+    """A length-prefixed string: bytes for a binary collation, else UTF-8 (or the bytes when
+    they are not valid UTF-8, as values.decode_text does)."""
+    length = {1: "body[pos]", 2: "_u16(body, pos)[0]", 4: "_u32(body, pos)[0]"}.get(
+        length_bytes, f"_from_bytes(body[pos:pos + {length_bytes}], 'little')"
+    )
+    emit = src.emit
+    emit(indent, f"n = {length}")
+    emit(indent, f"pos += {length_bytes}")
+    if spec.charset_known and spec.codec is None:
+        emit(indent, f"{var} = body[pos:pos + n]")
+    else:
+        emit(indent, "try:")
+        emit(indent + 1, f"{var} = body[pos:pos + n].decode('utf-8')")
+        emit(indent, "except UnicodeDecodeError:")
+        emit(indent + 1, f"{var} = body[pos:pos + n]")
+    emit(indent, "pos += n")
+
+
 def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mariadb: bool):
     """Emit code that sets `var` and advances `pos` for one non-NULL value."""
     spec = column.spec
@@ -134,21 +145,7 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
     if t in (ColumnType.VARCHAR, ColumnType.VAR_STRING) and (
         spec.codec in ("utf-8", None) or not spec.charset_known
     ):
-        long = spec.meta >= 256
-        if long:
-            emit(indent, "n = _u16(body, pos)[0]")
-            emit(indent, "pos += 2")
-        else:
-            emit(indent, "n = body[pos]")
-            emit(indent, "pos += 1")
-        if spec.charset_known and spec.codec is None:
-            emit(indent, f"{var} = body[pos:pos + n]")
-        else:
-            emit(indent, "try:")
-            emit(indent + 1, f"{var} = body[pos:pos + n].decode('utf-8')")
-            emit(indent, "except UnicodeDecodeError:")
-            emit(indent + 1, f"{var} = body[pos:pos + n]")
-        emit(indent, "pos += n")
+        _emit_text(src, indent, var, spec, 2 if spec.meta >= 256 else 1)
         return
     if t == ColumnType.STRING:
         real, length = real_type_and_length(t, spec.meta)
@@ -161,23 +158,10 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
             emit(indent, "pos += 1")
             return
     if t == ColumnType.BLOB and spec.codec in ("utf-8", None) and spec.meta in (1, 2, 3, 4):
-        size = spec.meta
-        length = {1: "body[pos]", 2: "_u16(body, pos)[0]", 4: "_u32(body, pos)[0]"}.get(
-            size, f"_from_bytes(body[pos:pos + {size}], 'little')"
-        )
-        emit(indent, f"n = {length}")
-        emit(indent, f"pos += {size}")
-        if spec.charset_known and spec.codec is None:
-            emit(indent, f"{var} = body[pos:pos + n]")
-        else:
-            emit(indent, "try:")
-            emit(indent + 1, f"{var} = body[pos:pos + n].decode('utf-8')")
-            emit(indent, "except UnicodeDecodeError:")
-            emit(indent + 1, f"{var} = body[pos:pos + n]")
-        emit(indent, "pos += n")
+        _emit_text(src, indent, var, spec, spec.meta)
         return
     if t == ColumnType.DATETIME2:
-        frac_len, scale = _FRACTION[min(max(spec.meta, 0), 6)]
+        frac_len, scale = fraction_reader(spec.meta)
         emit(indent, "x = _from_bytes(body[pos:pos + 5], 'big') - 0x8000000000")
         us = (
             f"_from_bytes(body[pos + 5:pos + {5 + frac_len}], 'big') * {scale}" if frac_len else "0"
@@ -192,7 +176,7 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
         emit(indent + 1, f"{var} = _format_datetime({args}, {spec.meta})")
         return
     if t == ColumnType.TIMESTAMP2:
-        frac_len, scale = _FRACTION[min(max(spec.meta, 0), 6)]
+        frac_len, scale = fraction_reader(spec.meta)
         emit(indent, "x = _from_bytes(body[pos:pos + 4], 'big')")
         us = (
             f"_from_bytes(body[pos + 4:pos + {4 + frac_len}], 'big') * {scale}" if frac_len else "0"

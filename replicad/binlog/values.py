@@ -149,7 +149,7 @@ def float32_shortest(value: float) -> float:
     return value
 
 
-def _fraction_reader(fsp: int) -> tuple[int, int]:
+def fraction_reader(fsp: int) -> tuple[int, int]:
     """(bytes, multiplier to microseconds) of a fractional-seconds part of precision fsp."""
     if fsp <= 0:
         return 0, 0
@@ -235,9 +235,22 @@ def _decimal_decoder(precision: int, scale: int) -> Decoder:
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 
+def decimal_groups(precision: int, scale: int) -> tuple[tuple[int, int], ...]:
+    """(bytes, digits) of each stored digit group of DECIMAL(p,s), most significant first:
+    9 digits per 4 bytes, leftover integer digits in front, leftover fraction digits last."""
+    intg, frac = precision - scale, scale
+    groups: list[tuple[int, int]] = []
+    if intg % 9:
+        groups.append((_DIG2BYTES[intg % 9], intg % 9))
+    groups += [(4, 9)] * (intg // 9)
+    groups += [(4, 9)] * (frac // 9)
+    if frac % 9:
+        groups.append((_DIG2BYTES[frac % 9], frac % 9))
+    return tuple(groups)
+
+
 def decimal_size(precision: int, scale: int) -> int:
-    integral = precision - scale
-    return (integral // 9) * 4 + _DIG2BYTES[integral % 9] + (scale // 9) * 4 + _DIG2BYTES[scale % 9]
+    return sum(nbytes for nbytes, _ in decimal_groups(precision, scale))
 
 
 def _year(buf: bytes, pos: int) -> tuple[object, int]:
@@ -276,7 +289,7 @@ def _time_v1(buf: bytes, pos: int) -> tuple[object, int]:
 
 
 def _timestamp2_decoder(fsp: int) -> Decoder:
-    frac_len, scale = _fraction_reader(fsp)
+    frac_len, scale = fraction_reader(fsp)
     zero = "0000-00-00 00:00:00" + ("." + "0" * fsp if fsp else "")
 
     def timestamp2(buf: bytes, pos: int) -> tuple[object, int]:
@@ -290,7 +303,7 @@ def _timestamp2_decoder(fsp: int) -> Decoder:
 
 
 def _datetime2_decoder(fsp: int) -> Decoder:
-    frac_len, scale = _fraction_reader(fsp)
+    frac_len, scale = fraction_reader(fsp)
 
     def datetime2(buf: bytes, pos: int) -> tuple[object, int]:
         v = _be(buf, pos, 5) - 0x8000000000
@@ -307,7 +320,7 @@ def _datetime2_decoder(fsp: int) -> Decoder:
 
 
 def _time2_decoder(fsp: int) -> Decoder:
-    frac_len, scale = _fraction_reader(fsp)
+    frac_len, scale = fraction_reader(fsp)
 
     def time2(buf: bytes, pos: int) -> tuple[object, int]:
         # MySQL's packed TIME: (integer part << 24) + microseconds, as one signed number.
