@@ -212,7 +212,10 @@ class ReplicaStream:
             info = await server_info(conn)
             self.info = info
             await self._prepare_session(conn, info)
-            await conn.register_replica(self.source.server_id, user=self.source.user)
+            await self._refuse_server_id_clash(conn)
+            await conn.register_replica(
+                self.source.server_id, host=self.report_host, user=self.source.user
+            )
             await self._start_dump(conn, info, position)
         except BaseException:
             await conn.close()
@@ -228,6 +231,32 @@ class ReplicaStream:
             connection=self.connections,
         )
         return conn
+
+    @property
+    def report_host(self) -> str:
+        """What SHOW SLAVE HOSTS shows for us: names the pipeline, so clashes are visible."""
+        return f"replicad:{self.pipeline}"
+
+    async def _refuse_server_id_clash(self, conn: AsyncConnection) -> None:
+        """A primary drops the older dump of two replicas with one server_id: registering
+        with the id of a live replica would silently break it. SHOW SLAVE HOSTS needs a
+        privilege the replication user may lack; then the check is skipped."""
+        try:
+            hosts = await conn.query("SHOW SLAVE HOSTS")
+        except ServerError as exc:
+            log.debug("replica_list_unavailable", error=str(exc))
+            return
+        for row in hosts.rows:
+            server_id = int(row[0])
+            host = row[1].decode() if isinstance(row[1], bytes) else str(row[1] or "")
+            if server_id == self.source.server_id and host != self.report_host:
+                raise ConfigError(
+                    f"another replica ({host or 'no host reported'}) is registered with "
+                    f"server_id {server_id}; registering would cut its binlog stream. Give "
+                    "replicad a unique source.server_id",
+                    key="source.server_id",
+                    value=server_id,
+                )
 
     async def _prepare_session(self, conn: AsyncConnection, info: ServerInfo) -> None:
         checksum = "CRC32" if info.checksum else "NONE"

@@ -390,3 +390,29 @@ def test_purged_position_is_fatal_with_advice(workdb, tmp_path) -> None:
     )  # fmt: skip
     assert result.returncode == 78, result.stderr
     assert b"purged" in result.stderr and b"mariadb-bin.000000" in result.stderr
+
+
+def test_server_id_of_a_live_replica_is_refused(tmp_path) -> None:
+    """Registering with the server_id of another live replica would cut that replica's
+    stream; replicad refuses (when it may read SHOW SLAVE HOSTS) and exits 78."""
+    import asyncio
+
+    from replicad.protocol.transport import connect
+
+    async def scenario() -> subprocess.CompletedProcess[bytes]:
+        other = await connect("127.0.0.1", MARIADB_PORT, "root", "root")
+        try:
+            await other.register_replica(5299, host="other-replica")
+            replicad = Replicad(tmp_path, server_id=5299, user="root", password="root")
+            return await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
+                cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "root"},
+                capture_output=True, timeout=60,
+            )  # fmt: skip
+        finally:
+            await other.close()
+
+    result = asyncio.run(scenario())
+    assert result.returncode == 78, result.stderr
+    assert b"other-replica" in result.stderr and b"server_id 5299" in result.stderr
