@@ -24,7 +24,7 @@ from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
 from replicad.service.logging import configure_logging
 from replicad.sinks.envelope import change_to_dict, dumps
-from replicad.source.stream import PositionLostError
+from replicad.source.stream import DumpRefusedError, PositionLostError
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # `check` found something that would stop replication
@@ -130,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main_loop())
-    except (ConfigError, AuthError, PositionLostError, TlsError) as exc:
+    except (ConfigError, AuthError, PositionLostError, DumpRefusedError, TlsError) as exc:
         # Restarting cannot fix these: tell systemd not to (see deploy/).
         structlog.get_logger("replicad").error("fatal", error=str(exc), kind=type(exc).__name__)
         return EXIT_CONFIG

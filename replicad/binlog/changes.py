@@ -29,8 +29,8 @@ class RowChange:
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     file: str | None
-    pos: int | None  # offset of the ROWS event holding this row
-    row: int  # index of the row inside that event
+    pos: int | None  # offset of the ROWS event holding this row (of its TRANSACTION_PAYLOAD)
+    row: int  # index of the row among the rows at that offset
     gtid: str | None
     server_id: int
     ts_ms: int
@@ -38,12 +38,33 @@ class RowChange:
     json_columns: frozenset[str] = frozenset()  # MySQL JSON columns (decoded documents)
 
 
+class RowNumbering:
+    """Numbers rows so that (file, pos, row) names each change uniquely. Events inside one
+    TRANSACTION_PAYLOAD all carry the payload's offset, so their rows are numbered on from
+    one ROWS event to the next instead of restarting at 0."""
+
+    __slots__ = ("_next", "_pos")
+
+    def __init__(self) -> None:
+        self._pos: int | None = None
+        self._next = 0
+
+    def first_row(self, pos: int | None) -> int:
+        if pos is None or pos != self._pos:
+            self._pos, self._next = pos, 0
+        return self._next
+
+    def advance(self, count: int) -> None:
+        self._next += count
+
+
 def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Iterator[RowChange]:
     current_file = file
     gtid: str | None = None
+    numbering = RowNumbering()
     for event in events:
         if isinstance(event, RowsEvent):
-            yield from changes_of(event, current_file, gtid)
+            yield from changes_of(event, current_file, gtid, numbering)
         elif isinstance(event, (GtidEvent, MariaGtidEvent)):
             gtid = event.gtid
         elif isinstance(event, XidEvent):
@@ -54,7 +75,9 @@ def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Ite
             current_file = event.next_file
 
 
-def changes_of(event: RowsEvent, file: str | None, gtid: str | None) -> Iterator[RowChange]:
+def changes_of(
+    event: RowsEvent, file: str | None, gtid: str | None, numbering: RowNumbering
+) -> Iterator[RowChange]:
     """The row changes of one ROWS event, with their source coordinates."""
     table = event.table_map
     op = event.op
@@ -66,7 +89,9 @@ def changes_of(event: RowsEvent, file: str | None, gtid: str | None) -> Iterator
         c.name for c in (table.columns if table else ()) if c.type_code == ColumnType.JSON
     )
     ts_ms = header.timestamp * 1000
-    for index, (before, after) in enumerate(event.rows()):
+    first = numbering.first_row(header.pos)
+    for index, (before, after) in enumerate(event.rows(), first):
+        numbering.advance(1)
         yield RowChange(
             op,
             db,

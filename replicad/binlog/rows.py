@@ -140,6 +140,69 @@ class TableMapEvent(Event):
             self._decoders[(present, accelerated)] = decoder
         return decoder
 
+    def apply_schema(self, table_schema: Any) -> str | None:
+        """Name the columns of a TABLE_MAP written without COLUMN_NAME metadata
+        (binlog_row_metadata=MINIMAL, MySQL 5.7, MariaDB < 10.5) from the schema the table
+        had when the event was written (replicad.source.schema.TableSchema, duck-typed:
+        `.columns` with `.name`, `.unsigned`, `.enum_values`, `.set_values`; `.primary_key`
+        as column names). ENUM/SET members, signedness and the primary key are taken only
+        where the map lacks them. Returns None when applied (or when the map has names:
+        FULL metadata is authoritative), else why not; the map then keeps its `@N` names,
+        never a guess. Re-applying (another schema) starts again from the map's own data."""
+        if self.has_names:
+            return None
+        wanted = list(table_schema.columns)
+        if len(wanted) != len(self.columns):
+            return (
+                f"the schema history has {len(wanted)} columns, the TABLE_MAP {len(self.columns)}"
+            )
+        for column, source in zip(self.columns, wanted, strict=True):
+            if (column.type_code == ColumnType.ENUM) != (source.enum_values is not None) or (
+                column.type_code == ColumnType.SET
+            ) != (source.set_values is not None):
+                return f"column {column.index + 1} ({source.name}) is {column.type_name} here"
+        by_name = {source.name.casefold(): i for i, source in enumerate(wanted)}
+        key_names = [name.casefold() for name in table_schema.primary_key]
+        if any(name not in by_name for name in key_names):
+            return f"primary key {list(table_schema.primary_key)} names unknown columns"
+        # Which optional metadata fields did the server write? Walk the layout (the body
+        # after the table id) to them; a schema applied before is a last field of type 0xFF.
+        key, kinds = self.layout_key, set()
+        if key[:1] == b"\xff":
+            key = b""  # a synthetic map (no layout bytes) that was named before
+        if key:
+            pos = 2  # flags
+            pos += key[pos] + 2  # schema: length byte, name, NUL
+            pos += key[pos] + 2  # table
+            count, pos = read_lenenc(key, pos)
+            meta_len, pos = read_lenenc(key, pos + count)
+            pos += meta_len + (count + 7) // 8
+            while pos < len(key) and key[pos] != 0xFF:
+                kinds.add(key[pos])
+                length, pos = read_lenenc(key, pos + 1)
+                pos += length
+            key = key[:pos]
+        for column, source in zip(self.columns, wanted, strict=True):
+            column.name = source.name
+            if column.type_code == ColumnType.ENUM and OptionalMetadata.ENUM_STR_VALUE not in kinds:
+                column.enum_values = list(source.enum_values)
+            if column.type_code == ColumnType.SET and OptionalMetadata.SET_STR_VALUE not in kinds:
+                column.set_values = list(source.set_values)
+            if OptionalMetadata.SIGNEDNESS not in kinds:
+                column.unsigned = bool(source.unsigned)
+        if not kinds & {
+            OptionalMetadata.SIMPLE_PRIMARY_KEY,
+            OptionalMetadata.PRIMARY_KEY_WITH_PREFIX,
+        }:
+            self.primary_key = tuple(by_name[name] for name in key_names)
+            self.primary_key_prefixes = (0,) * len(self.primary_key)
+        # Compiled decoders carry the names (and members, signedness): the shared cache must
+        # not hand this map a decoder built for the same layout bytes under other names.
+        described = [(c.name, c.enum_values, c.set_values, c.unsigned) for c in self.columns]
+        self.layout_key = key + b"\xff" + repr((described, self.primary_key)).encode()
+        self._decoders.clear()
+        return None
+
     def _compile(self, present: int, accelerated: bool) -> RowImageDecoder:
         specs = tuple(
             CompiledColumn(column.name, _spec(column, self))

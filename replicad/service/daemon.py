@@ -14,14 +14,22 @@ from collections.abc import Callable
 
 import structlog
 
-from replicad.binlog.changes import changes_of
+from replicad.binlog.changes import RowNumbering, changes_of
+from replicad.binlog.events import QueryEvent
 from replicad.binlog.gtid import GtidSet, MariaGtidPosition
+from replicad.binlog.rows import TableMapEvent
 from replicad.config import Config, StartConfig
 from replicad.coordination.local import LocalPositionStore
 from replicad.errors import ConfigError, GtidError
 from replicad.protocol.transport import AsyncConnection
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.source.position import Position
+from replicad.source.schema import (
+    SchemaHistory,
+    SchemaHistoryAheadError,
+    default_history_path,
+    snapshot,
+)
 from replicad.source.stream import (
     Reconnected,
     ReplicaStream,
@@ -90,6 +98,11 @@ class Pipeline:
         self.rows = 0
         self._in_transaction = False
         self._stop_requested = False
+        # Schema history (replicad.source.schema): column names for TABLE_MAPs without them.
+        self.history_path = config.schema_.history_path or default_history_path(
+            config.coordination.local.path
+        )
+        self.history = SchemaHistory()
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -102,13 +115,40 @@ class Pipeline:
         stored = self.store.load()
         if stored is not None:
             log.info("position_loaded", position=str(stored))
+            # The persisted history, trimmed to the stored position; never a new snapshot
+            # (that would be today's schema, not the one at the position) unless there is none.
+            try:
+                history = SchemaHistory.load(self.history_path, stored)
+            except SchemaHistoryAheadError as exc:
+                log.warning("schema_history_unusable", error=str(exc))
+                history = None
+            if history is None:
+                log.warning(
+                    "schema_history_missing",
+                    path=str(self.history_path),
+                    note="a snapshot of today's schema stands for the stored position",
+                )
+                conn = await open_connection(self.config.source, self.password)
+                try:
+                    history = await snapshot(conn, stored)
+                finally:
+                    await conn.close()
+            self.history = history
             return stored
         conn = await open_connection(self.config.source, self.password)
         try:
             info = await server_info(conn)
             position = await initial_position(conn, info, self.config.source.start)
+            # Right after the start position was read, before the dump starts.
+            self.history = await snapshot(conn, position)
         finally:
             await conn.close()
+        if self.config.source.start != "latest":
+            log.warning(
+                "schema_snapshot_not_at_start",
+                start=str(self.config.source.start),
+                note="events before later DDL may decode with today's columns",
+            )
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
         return position
 
@@ -117,6 +157,7 @@ class Pipeline:
         position_of: Callable[[], Position] = lambda: self.committed  # noqa: E731
         assembler = TransactionAssembler(self.committed)
         skip = self.committed.row  # rows of the next transaction already delivered
+        numbering = RowNumbering()
         delivered = 0
         gtid_text: str | None = None
         async for event in self.stream.events(position_of):
@@ -132,14 +173,21 @@ class Pipeline:
                 assembler = TransactionAssembler(self.committed)
                 self._in_transaction = False
                 delivered = 0
+                self.history.rollback()  # the DDL of the transaction in flight comes again
                 continue
+            # Schema history: DDL as it is read (rows later in its transaction need it);
+            # stamped with its position at the commit. Each TABLE_MAP before its rows.
+            if isinstance(event, QueryEvent):
+                self.history.apply(event)
+            elif isinstance(event, TableMapEvent):
+                self.history.apply_to(event)
             for item in assembler.feed(event):
                 if isinstance(item, Begin):
                     self._in_transaction = True
                     delivered = 0
                     gtid_text = str(item.gtid) if item.gtid is not None else None
                 elif isinstance(item, Rows):
-                    for change in changes_of(item.event, assembler.file, gtid_text):
+                    for change in changes_of(item.event, assembler.file, gtid_text, numbering):
                         if delivered < skip:
                             delivered += 1
                             continue
@@ -149,6 +197,7 @@ class Pipeline:
                         if delivered % CHECKPOINT_ROWS == 0:
                             self._checkpoint(self.committed.with_row(delivered))
                 elif isinstance(item, Commit):
+                    self.history.commit(item.position)
                     self._checkpoint(item.position)
                     self.committed = item.position
                     self._in_transaction = False
@@ -161,6 +210,8 @@ class Pipeline:
 
     def _checkpoint(self, position: Position) -> None:
         self.sink.commit()
+        if self.history.dirty:  # the history first: it may be ahead of the position, not behind
+            self.history.save(self.history_path, durable=self.committed)
         self.store.save(position)
 
     async def close(self) -> None:

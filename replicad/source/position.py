@@ -69,7 +69,9 @@ class Position:
             file, pos = data["file"], data["pos"]
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"position record lacks {exc}", value=data) from None
-        if not isinstance(file, str) or not file or not isinstance(pos, int):
+        has_gtids = "gtid_set" in data or "mariadb_gtid" in data
+        if not isinstance(file, str) or not (file or has_gtids) or not isinstance(pos, int):
+            # An empty file name is valid only for a GTID position (a start "at GTID ...").
             raise ConfigError("position record needs a file name and an integer pos", value=data)
         try:
             mysql = GtidSet.parse(data["gtid_set"]) if "gtid_set" in data else None

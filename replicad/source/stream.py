@@ -43,6 +43,25 @@ class PositionLostError(ReplicadError):
     """The primary can no longer serve the stored position (binlog purged or never existed)."""
 
 
+class DumpRefusedError(ReplicadError):
+    """The primary ended the dump with a fatal error that retrying will not fix."""
+
+
+# Server messages of error 1236 that mean "the requested position is no longer (or never was)
+# in the binlogs" (MySQL rpl_binlog_sender.cc, MariaDB sql_repl.cc).
+_PURGE_MARKERS = (
+    "purged",
+    "could not find first log file name",
+    "could not find gtid state",
+    "position > file size",
+    "binary log is not open",
+    "log file not found",
+    "could not open log file",
+    "error: connecting slave requested to start from gtid",
+    "which is not in the master's binlog",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     version: str
@@ -165,7 +184,7 @@ class ReplicaStream:
                 raise
             except ServerError as exc:
                 if exc.code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
-                    raise self._position_lost(exc, position) from None
+                    raise self._fatal_dump_error(exc, position) from None
                 attempt += 1
                 delay = await self._backoff(exc, attempt, delay, position)
             except (ReplicadError, OSError, TimeoutError) as exc:
@@ -195,7 +214,17 @@ class ReplicaStream:
         await asyncio.sleep(wait)
         return min(delay * 2, self.source.reconnect.max_s)
 
-    def _position_lost(self, exc: ServerError, position: Position) -> PositionLostError:
+    def _fatal_dump_error(self, exc: ServerError, position: Position) -> ReplicadError:
+        """Error 1236 covers every fatal dump condition; only some mean the position is gone.
+        Telling an operator to re-snapshot for, say, an oversized event would be harmful."""
+        message = exc.message.lower()
+        purged = any(marker in message for marker in _PURGE_MARKERS)
+        if not purged:
+            return DumpRefusedError(
+                f"the primary stopped the binlog dump: {exc.message}",
+                position=str(position),
+                code=exc.code,
+            )
         return PositionLostError(
             "the primary cannot serve the stored position (its binlog was purged or never "
             "existed): changes after it are no longer available. Re-snapshot the downstream "
