@@ -19,11 +19,13 @@ from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
 from replicad.binlog.rows import RowsEvent, TableMapEvent
 from replicad.config import Config, load_config
+from replicad.coordination.local import PositionStoreError
 from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
 from replicad.service.logging import configure_logging
 from replicad.sinks.envelope import change_to_dict, dumps
+from replicad.source.schema import SchemaHistoryError
 from replicad.source.stream import DumpRefusedError, PositionLostError
 
 EXIT_OK = 0
@@ -108,6 +110,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
+# Errors a restart cannot fix: bad config or credentials, TLS, a position the primary no longer
+# has, a refused dump, a damaged position or schema-history file.
+OPERATOR_ERRORS = (
+    ConfigError,
+    AuthError,
+    TlsError,
+    PositionLostError,
+    DumpRefusedError,
+    PositionStoreError,
+    SchemaHistoryError,
+)
+
+
 def _load(args: argparse.Namespace) -> tuple[Config, str]:
     config = load_config(args.config)
     configure_logging(config.log.format, config.log.level)
@@ -130,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main_loop())
-    except (ConfigError, AuthError, PositionLostError, DumpRefusedError, TlsError) as exc:
+    except OPERATOR_ERRORS as exc:
         # Restarting cannot fix these: tell systemd not to (see deploy/).
         structlog.get_logger("replicad").error("fatal", error=str(exc), kind=type(exc).__name__)
         return EXIT_CONFIG

@@ -20,7 +20,8 @@ from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.rows import TableMapEvent
 from replicad.config import Config, StartConfig
 from replicad.coordination.local import LocalPositionStore
-from replicad.errors import ConfigError, GtidError
+from replicad.errors import ConfigError, GtidError, ServerError
+from replicad.protocol.commands import ResultSet
 from replicad.protocol.transport import AsyncConnection
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.source.position import Position
@@ -47,7 +48,7 @@ CHECKPOINT_ROWS = 10_000
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
     """Where to start when no position is stored, from `source.start`."""
     if start == "latest":
-        status = await conn.query("SHOW MASTER STATUS")
+        status = await _binlog_status(conn)
         if not status.rows:
             raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
         row = status.rows[0]
@@ -73,6 +74,14 @@ async def initial_position(conn: AsyncConnection, info: ServerInfo, start: objec
     if start.file is None:
         raise ConfigError("source.start needs a gtid or a file", key="source.start")
     return await _with_gtids(conn, info, start.file, start.pos)
+
+
+async def _binlog_status(conn: AsyncConnection) -> ResultSet:
+    """SHOW MASTER STATUS; MySQL 8.4 removed it in favour of SHOW BINARY LOG STATUS."""
+    try:
+        return await conn.query("SHOW MASTER STATUS")
+    except ServerError:
+        return await conn.query("SHOW BINARY LOG STATUS")
 
 
 async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: int) -> Position:

@@ -72,6 +72,12 @@ def _query_word(query: str) -> str:
     return head.split(" ", 1)[0].rstrip(";")
 
 
+def _opens_transaction(query: str) -> bool:
+    """MySQL 8.0.21+ logs CREATE TABLE ... SELECT as `CREATE TABLE ... START TRANSACTION`
+    followed by the rows and an XID: the statement opens the transaction, it does not end it."""
+    return query.rstrip().rstrip(";").upper().endswith("START TRANSACTION")
+
+
 class TransactionAssembler:
     def __init__(self, position: Position) -> None:
         self.position = position  # after the last complete transaction
@@ -125,7 +131,7 @@ class TransactionAssembler:
 
     def _query(self, event: QueryEvent) -> list[Item]:
         word = _query_word(event.query)
-        if word in _BEGIN:
+        if word in _BEGIN or _opens_transaction(event.query):
             items: list[Item] = [] if self._in_transaction else [self._begin(None, event)]
             self._group = True
             return items

@@ -88,7 +88,9 @@ class Replicad:
     def changes(self) -> list[dict[str, Any]]:
         if not self.out.exists():
             return []
-        return [json.loads(line) for line in self.out.read_text().splitlines() if line]
+        # The daemon may be writing: a last line without its newline is not complete yet.
+        lines = self.out.read_text().split("\n")[:-1]
+        return [json.loads(line) for line in lines if line]
 
     def log_events(self) -> list[dict[str, Any]]:
         return [json.loads(x) for x in self.err.read_text().splitlines() if x.startswith("{")]

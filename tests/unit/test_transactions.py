@@ -139,3 +139,22 @@ def test_position_json_round_trip_and_validation() -> None:
                 {"file": "b", "pos": 4, "gtid_set": "nonsense"}):  # fmt: skip
         with pytest.raises(ConfigError):
             Position.from_json(bad)
+
+
+def test_create_table_select_of_mysql_8_0_21_is_one_transaction(tmp_path: Path) -> None:
+    """MySQL 8.0.21+ logs CREATE TABLE ... SELECT atomically: `CREATE TABLE ... START
+    TRANSACTION`, the rows, then an XID (WL#13355). The CREATE must not end the transaction."""
+    events = [
+        ev.fde_mysql8(),
+        _gtid(1),
+        _query("CREATE TABLE t2 (x INT) START TRANSACTION"),
+        _tm(), _rows(1, 2, 3),
+        ev.event(ev.XID, ev.xid_body(9)),
+    ]  # fmt: skip
+    path = tmp_path / "binlog.000001"
+    path.write_bytes(ev.binlog_file(events))
+    assembler = TransactionAssembler(Position("binlog.000001", 4, GtidSet()))
+    items = [i for e in iter_file_events(path) for i in assembler.feed(e)]
+    kinds = [type(i).__name__ for i in items]
+    assert kinds == ["Begin", "Rows", "Commit"]
+    assert items[-1].xid == 9 and str(items[-1].position.mysql_gtids) == f"{UUID_A}:1"
