@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from replicad.atomic_file import write_atomically
 from replicad.errors import ConfigError, ReplicadError
 from replicad.source.position import Position
 
@@ -64,30 +65,9 @@ class LocalPositionStore:
         record = {"version": FORMAT_VERSION, "pipeline": self.pipeline,
                   "position": position.to_json()}  # fmt: skip
         data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
-        directory = self.path.parent if str(self.path.parent) else Path(".")
-        temp = directory / f".{self.path.name}.tmp"
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, self.path)
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomically(self.path, data)
         except OSError as exc:
-            try:
-                temp.unlink(missing_ok=True)
-            except OSError:
-                pass
             raise PositionStoreError(
                 f"cannot write the position file: {exc.strerror}", file=str(self.path)
             ) from None

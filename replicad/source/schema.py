@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 import structlog
 
+from replicad.atomic_file import write_atomically as replace_file
 from replicad.binlog.events import QueryEvent
 from replicad.binlog.rows import TableMapEvent
 from replicad.errors import ConfigError, ReplicadError, ServerError
@@ -388,31 +389,9 @@ class SchemaHistory:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write a temporary file, fsync it, rename it over `path`, fsync the directory: after a
-    crash `path` holds the old or the new content, never a torn one."""
-    directory = path.parent if str(path.parent) else Path(".")
-    temp = directory / f".{path.name}.tmp"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_file(path, data)
     except OSError as exc:
-        try:
-            temp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise SchemaHistoryError(
             f"cannot write the schema history: {exc.strerror}", file=str(path)
         ) from None
