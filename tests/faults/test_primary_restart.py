@@ -82,6 +82,10 @@ def workdb(primary: PrivateMariaDB) -> Iterator[tuple[pymysql.connections.Connec
     conn.close()
 
 
+def _resumes(replicad: Replicad) -> list[dict]:
+    return [e for e in replicad.log_events() if e["event"] == "source_resumed"]
+
+
 def test_primary_restarted_twice_under_load(primary: PrivateMariaDB, workdb, tmp_path) -> None:
     _, db = workdb
     replicad = Replicad(tmp_path, server_id=5301, port=primary.port)
@@ -107,11 +111,17 @@ def test_primary_restarted_twice_under_load(primary: PrivateMariaDB, workdb, tmp
     try:
         for _ in range(2):
             wait_for(lambda: committed > 20, 30, "some transactions before the restart")
+            resumes = len(_resumes(replicad))
             primary.down()
             time.sleep(0.5)
             primary.up()
             target = committed + 20
             wait_for(lambda target=target: committed > target, 60, "writes after the restart")
+            wait_for(
+                lambda resumes=resumes: len(_resumes(replicad)) > resumes,
+                60,
+                "replicad to reconnect after the restart",
+            )
     finally:
         stop.set()
         thread.join(30)
