@@ -11,6 +11,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from tests.daemon_process import kill_leftovers
+
 ROOT = Path(__file__).resolve().parent.parent
 MARIADB_PORT = int(os.environ.get("REPLICAD_MARIADB_PORT", "3306"))
 
@@ -55,3 +57,10 @@ def db(mariadb: dict[str, object]) -> Iterator[tuple[pymysql.connections.Connect
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         conn.close()
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_daemons() -> Iterator[None]:
+    """Whatever a test asserted, none of its `replicad run` processes outlives it."""
+    yield
+    kill_leftovers()

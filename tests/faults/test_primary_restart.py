@@ -19,13 +19,12 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from tests.daemon_process import wait_for
 from tests.integration.test_run_mariadb import (
     Replicad,
     assert_converged,
     duplicates,
-    no_leftover_daemons,  # noqa: F401 - autouse fixture: no daemon outlives a test
     random_workload,
-    wait_for,
 )
 
 pytestmark = pytest.mark.faults

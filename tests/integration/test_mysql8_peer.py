@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -42,6 +37,7 @@ from replicad.service.daemon import initial_position
 from replicad.source.position import Position
 from replicad.source.stream import Reconnected, ReplicaStream, open_connection, server_info
 from replicad.source.transactions import Commit, TransactionAssembler
+from tests.daemon_process import DaemonProcess, wait_for
 from tests.mysql8_peer import (
     OTHER_UUID,
     SERVER_UUID,
@@ -105,15 +101,6 @@ def b(interval: str) -> str:
     return f"{OTHER_UUID}:{interval}"
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def plain(value: Any) -> Any:
     """Decoded values as the peer states them (DECIMAL as its text)."""
     if isinstance(value, Decimal):
@@ -126,106 +113,31 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------ the daemon
 
 
-class Daemon:
-    """One `replicad run` subprocess against the peer, JSON lines to a file."""
-
-    started: ClassVar[list[subprocess.Popen[bytes]]] = []
+class Daemon(DaemonProcess):
+    """`replicad run` against the scripted MySQL 8 peer, started at a GTID set."""
 
     def __init__(
         self,
         tmp: Path,
         port: int,
-        *,
         start_gtid: str,
+        *,
         password: str = PASSWORD,
         server_id: int = 4242,
     ) -> None:
-        self.out = tmp / "changes.jsonl"
-        self.err = tmp / "replicad.log"
-        self.position_file = tmp / "position.json"
-        self.config = tmp / "config.yaml"
-        self.password = password
-        self.config.write_text(
-            "pipeline: mysql8\n"
-            "source:\n"
-            f"  host: 127.0.0.1\n  port: {port}\n  user: repl\n"
-            "  password_env: TEST_MYSQL8_PASSWORD\n"
-            f"  server_id: {server_id}\n"
-            f"  start: {{gtid: {json.dumps(start_gtid)}}}\n"
-            "  heartbeat_s: 0.5\n  connect_timeout_s: 5\n"
-            "  reconnect: {initial_s: 0.05, max_s: 0.5}\n"
-            "  tls: {mode: preferred}\n"
-            f"sinks:\n  stdout: {{path: {self.out}}}\n"
-            f"coordination:\n  local: {{path: {self.position_file}}}\n"
-            "log: {format: json, level: info}\n"
+        super().__init__(
+            tmp,
+            pipeline="mysql8",
+            source_yaml=(
+                f"  host: 127.0.0.1\n  port: {port}\n  user: repl\n"
+                f"  server_id: {server_id}\n"
+                f"  start: {{gtid: {json.dumps(start_gtid)}}}\n"
+                "  heartbeat_s: 0.5\n  connect_timeout_s: 5\n"
+                "  reconnect: {initial_s: 0.05, max_s: 0.5}\n"
+                "  tls: {mode: preferred}\n"
+            ),
+            password=password,
         )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "TEST_MYSQL8_PASSWORD": self.password}
-
-    def _count(self, event: str) -> int:
-        return sum(1 for e in self.log_events() if e.get("event") == event)
-
-    def start(self) -> None:
-        before = self._count("source_connected")
-        with self.err.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
-                cwd=ROOT,
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        Daemon.started.append(self.proc)
-        wait_for(
-            lambda: self._count("source_connected") > before or self.proc.poll() is not None,
-            20,
-            "replicad to connect",
-        )
-        assert self.proc.poll() is None, (
-            f"replicad exited {self.proc.returncode}:\n{self.err.read_text()}"
-        )
-
-    def run_to_exit(self, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            timeout=timeout,
-        )
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
-
-    def changes(self) -> list[dict[str, Any]]:
-        if not self.out.exists():
-            return []
-        return [json.loads(line) for line in self.out.read_text().splitlines() if line]
-
-    def log_events(self) -> list[dict[str, Any]]:
-        if not self.err.exists():
-            return []
-        return [json.loads(x) for x in self.err.read_text().splitlines() if x.startswith("{")]
-
-    def position(self) -> dict[str, Any] | None:
-        if not self.position_file.exists():
-            return None
-        return json.loads(self.position_file.read_text())["position"]
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_daemons() -> Iterator[None]:
-    yield
-    while Daemon.started:
-        proc = Daemon.started.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 def published(change: dict[str, Any]) -> tuple[Any, ...]:

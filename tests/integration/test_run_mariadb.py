@@ -14,97 +14,36 @@ import random
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pymysql
 import pytest
 
 from tests.conftest import MARIADB_PORT, _connect
+from tests.daemon_process import DaemonProcess, wait_for
 from tests.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-class Replicad:
-    """One `replicad run` subprocess writing JSON lines to a file."""
-
-    started: ClassVar[list[subprocess.Popen[bytes]]] = []
+class Replicad(DaemonProcess):
+    """`replicad run` against the shared MariaDB (or a proxy / private server on `port`)."""
 
     def __init__(self, tmp: Path, *, server_id: int, user: str = "repl", password: str = "repl",
-                 start: str = "latest", extra: str = "",
-                 port: int = MARIADB_PORT) -> None:  # fmt: skip
-        self.tmp = tmp
-        self.out = tmp / "changes.jsonl"
-        self.err = tmp / "replicad.log"
-        self.position = tmp / "position.json"
-        self.config = tmp / "config.yaml"
-        self.config.write_text(
-            f"pipeline: test\n"
-            f"source:\n  host: 127.0.0.1\n  port: {port}\n  user: {user}\n"
-            f"  password_env: TEST_REPLICAD_PASSWORD\n  server_id: {server_id}\n"
-            f"  start: {start}\n  heartbeat_s: 1\n"
-            f"  reconnect: {{initial_s: 0.05, max_s: 0.5}}\n"
-            f"sinks:\n  stdout: {{path: {self.out}}}\n"
-            f"coordination:\n  local: {{path: {self.position}}}\n"
-            f"log: {{format: json, level: info}}\n{extra}"
+                 start: str = "latest", port: int = MARIADB_PORT) -> None:  # fmt: skip
+        super().__init__(
+            tmp,
+            pipeline="test",
+            source_yaml=(
+                f"  host: 127.0.0.1\n  port: {port}\n  user: {user}\n"
+                f"  server_id: {server_id}\n  start: {start}\n  heartbeat_s: 1\n"
+                "  reconnect: {initial_s: 0.05, max_s: 0.5}\n"
+            ),
+            password=password,
         )
-        self.password = password
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _connected_count(self) -> int:
-        return self.err.read_bytes().count(b"source_connected") if self.err.exists() else 0
-
-    def start(self) -> None:
-        env = {**os.environ, "TEST_REPLICAD_PASSWORD": self.password}
-        connected_before = self._connected_count()
-        with self.err.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
-            )  # fmt: skip
-        Replicad.started.append(self.proc)
-        wait_for(lambda: self._connected_count() > connected_before or self.proc.poll()
-                 is not None, 20, "replicad to connect")  # fmt: skip
-        assert self.proc.poll() is None, self.err.read_text()
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
-
-    def changes(self) -> list[dict[str, Any]]:
-        if not self.out.exists():
-            return []
-        # The daemon may be writing: a last line without its newline is not complete yet.
-        lines = self.out.read_text().split("\n")[:-1]
-        return [json.loads(line) for line in lines if line]
-
-    def log_events(self) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in self.err.read_text().splitlines() if x.startswith("{")]
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_daemons() -> Iterator[None]:
-    """Whatever a test asserted, none of its replicad processes outlives it."""
-    yield
-    while Replicad.started:
-        proc = Replicad.started.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture
@@ -219,7 +158,7 @@ def test_random_dml_arrives_complete_in_commit_order(workdb, tmp_path) -> None:
     # contiguous and numbered 0.. within each ROWS event.
     seqs = [int(c["source"]["gtid"].rsplit("-", 1)[1]) for c in changes]
     assert seqs == sorted(seqs)
-    position = json.loads(replicad.position.read_text())["position"]
+    position = json.loads(replicad.position_file.read_text())["position"]
     with conn.cursor() as cur:
         cur.execute("SELECT @@gtid_binlog_pos")
         (server_gtid,) = cur.fetchone()
@@ -316,7 +255,7 @@ def test_sigterm_and_sigkill_restarts(workdb, tmp_path) -> None:
     random_workload(conn, db, transactions=30, seed=7)
     assert_converged(replicad, conn, db)
     assert replicad.stop(signal.SIGTERM) == 0
-    saved = json.loads(replicad.position.read_text())["position"]
+    saved = json.loads(replicad.position_file.read_text())["position"]
     random_workload(conn, db, transactions=30, seed=8)  # written while replicad is down
     replicad.start()
     assert_converged(replicad, conn, db)
@@ -367,7 +306,7 @@ def test_wrong_password_is_a_clear_fatal_error(tmp_path) -> None:
     replicad = Replicad(tmp_path, server_id=5105, password="not-the-password")
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
-        cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "not-the-password"},
+        cwd=ROOT, env=replicad.env,
         capture_output=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 78
@@ -382,9 +321,9 @@ def test_purged_position_is_fatal_with_advice(workdb, tmp_path) -> None:
     assert_converged(replicad, conn, db)
     assert replicad.stop() == 0
     # Pretend the stored position is in a binlog the primary no longer has.
-    record = json.loads(replicad.position.read_text())
+    record = json.loads(replicad.position_file.read_text())
     record["position"] = {"file": "mariadb-bin.000000", "pos": 4}
-    replicad.position.write_text(json.dumps(record))
+    replicad.position_file.write_text(json.dumps(record))
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
         cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "repl"},

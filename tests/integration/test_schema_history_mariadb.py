@@ -22,11 +22,8 @@ from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import TableMapEvent
 from tests.binlog_helpers import binlog_files_since, binlog_position
 from tests.conftest import _connect
-from tests.integration.test_run_mariadb import (  # noqa: F401  (autouse fixture)
-    Replicad,
-    no_leftover_daemons,
-    wait_for,
-)
+from tests.daemon_process import wait_for
+from tests.integration.test_run_mariadb import Replicad
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,113 @@
+"""`replicad run` as a subprocess for tests: a config file, a JSON-lines output file, the
+structured log, the position file; start/stop/wait helpers. No daemon outlives its test (see
+the `no_leftover_daemons` fixture in tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD_ENV = "TEST_REPLICAD_PASSWORD"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class DaemonProcess:
+    started: ClassVar[list[subprocess.Popen[bytes]]] = []
+
+    def __init__(self, tmp: Path, *, pipeline: str, source_yaml: str, password: str) -> None:
+        """`source_yaml`: the lines of the `source:` section, indented by two spaces."""
+        self.tmp = tmp
+        self.out = tmp / "changes.jsonl"
+        self.err = tmp / "replicad.log"
+        self.position_file = tmp / "position.json"
+        self.config = tmp / "config.yaml"
+        self.password = password
+        self.config.write_text(
+            f"pipeline: {pipeline}\n"
+            f"source:\n{source_yaml}  password_env: {PASSWORD_ENV}\n"
+            f"sinks:\n  stdout: {{path: {self.out}}}\n"
+            f"coordination:\n  local: {{path: {self.position_file}}}\n"
+            "log: {format: json, level: info}\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, PASSWORD_ENV: self.password}
+
+    def count(self, event: str) -> int:
+        return sum(1 for e in self.log_events() if e.get("event") == event)
+
+    def start(self) -> None:
+        before = self.count("source_connected")
+        with self.err.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
+                cwd=ROOT,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        DaemonProcess.started.append(self.proc)
+        proc = self.proc
+        wait_for(
+            lambda: self.count("source_connected") > before or proc.poll() is not None,
+            20,
+            "replicad to connect",
+        )
+        assert proc.poll() is None, f"replicad exited {proc.returncode}:\n{self.err.read_text()}"
+
+    def run_to_exit(self, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            timeout=timeout,
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def changes(self) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        # The daemon may be writing: a last line without its newline is not complete yet.
+        lines = self.out.read_text().split("\n")[:-1]
+        return [json.loads(line) for line in lines if line]
+
+    def log_events(self) -> list[dict[str, Any]]:
+        if not self.err.exists():
+            return []
+        return [json.loads(x) for x in self.err.read_text().splitlines() if x.startswith("{")]
+
+    def position(self) -> dict[str, Any] | None:
+        if not self.position_file.exists():
+            return None
+        return json.loads(self.position_file.read_text())["position"]
+
+
+def kill_leftovers() -> None:
+    while DaemonProcess.started:
+        proc = DaemonProcess.started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
