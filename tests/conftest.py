@@ -64,3 +64,14 @@ def no_leftover_daemons() -> Iterator[None]:
     """Whatever a test asserted, none of its `replicad run` processes outlives it."""
     yield
     kill_leftovers()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """CI builds the Cython accelerator; tests that need it skip only where no compiler was
+    available. REPLICAD_REQUIRE_SPEEDUPS=1 (set by .ci/run) turns a missing build into an
+    error instead of silent skips."""
+    if os.environ.get("REPLICAD_REQUIRE_SPEEDUPS") == "1":
+        try:
+            import replicad.binlog._speedups  # noqa: F401
+        except ImportError as exc:
+            raise pytest.UsageError(f"the Cython accelerator is not built: {exc}") from exc
