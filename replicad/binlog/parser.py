@@ -81,7 +81,7 @@ def parse_header(data: bytes, pos: int | None = None) -> EventHeader:
     return EventHeader(ts, type_code, server_id, size, log_pos, flags, pos)
 
 
-def _version_tuple(version: str) -> tuple[int, int, int]:
+def version_tuple(version: str) -> tuple[int, int, int]:
     numbers = []
     for part in version.split("-", 1)[0].split(".")[:3]:
         digits = "".join(ch for ch in part if ch.isdigit())
@@ -93,7 +93,7 @@ def _version_tuple(version: str) -> tuple[int, int, int]:
 
 def _checksum_aware(version: str) -> bool:
     """Servers from MySQL 5.6.1 / MariaDB 5.3 on end their FDE with a checksum-algorithm byte."""
-    numbers = _version_tuple(version)
+    numbers = version_tuple(version)
     if "mariadb" in version.lower():
         return numbers >= (5, 3, 0)
     return numbers >= (5, 6, 1)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import structlog
 
 from replicad.binlog.events import Event, TransactionPayloadEvent
-from replicad.binlog.parser import BinlogParser
+from replicad.binlog.parser import BinlogParser, version_tuple
 from replicad.config import SourceConfig
 from replicad.errors import (
     AuthError,
@@ -30,6 +30,7 @@ from replicad.errors import (
     ServerError,
     TlsError,
 )
+from replicad.protocol.commands import DUMP_HEARTBEAT_V2
 from replicad.protocol.handshake import TlsConfig, TlsMode
 from replicad.protocol.transport import AsyncConnection, connect
 from replicad.source.position import Position
@@ -145,6 +146,14 @@ async def _variable(conn: AsyncConnection, name: str) -> str | None:
         return None
     value = result.rows[0][1]
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _heartbeat_flags(info: ServerInfo) -> int:
+    """Ask MySQL for HEARTBEAT_V2 (8.0.26+): its position is not cut to 32 bits past 4 GiB.
+    MariaDB gives the same bit another meaning (send ANNOTATE_ROWS), so never there."""
+    if info.mariadb:
+        return 0
+    return DUMP_HEARTBEAT_V2 if version_tuple(info.version) >= (8, 0, 26) else 0
 
 
 class ReplicaStream:
@@ -312,9 +321,13 @@ class ReplicaStream:
             await conn.execute("SET @slave_gtid_ignore_duplicates = 0")
             await conn.start_dump(server_id, "", 4)
         elif not info.mariadb and position.mysql_gtids is not None and info.gtid_mode:
-            await conn.start_dump(server_id, "", 4, gtid_set=position.mysql_gtids)
+            await conn.start_dump(
+                server_id, "", 4, gtid_set=position.mysql_gtids, flags=_heartbeat_flags(info)
+            )
         else:
-            await conn.start_dump(server_id, position.file, position.pos)
+            await conn.start_dump(
+                server_id, position.file, position.pos, flags=_heartbeat_flags(info)
+            )
 
     async def _decode(self, conn: AsyncConnection) -> AsyncIterator[Event]:
         assert self.info is not None

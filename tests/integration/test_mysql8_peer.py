@@ -379,6 +379,8 @@ async def test_heartbeats_of_the_version_the_dump_asked_for_are_parsed() -> None
             await generator.aclose()
             await stream.close()
         (dump,) = list(peer.dumps)
+    # replicad asks an 8.0.26+ server for v2 heartbeats (USE_HEARTBEAT_EVENT_V2).
+    assert dump.flags & 0x02
     version = 2 if dump.flags & 0x02 else 1
     assert [(h.version, h.log_file, h.position) for h in heartbeats] == [
         (version, "binlog.000001", txn.end)
