@@ -115,6 +115,19 @@ def _emit_text(src: _Source, indent: int, var: str, spec: ColumnSpec, length_byt
     emit(indent, "pos += n")
 
 
+def _emit_seconds_and_fraction(
+    src: _Source, indent: int, width: int, fsp: int, adjust: str = ""
+) -> None:
+    """DATETIME2/TIMESTAMP2: a big-endian integer of `width` bytes into `x`, then the
+    fractional seconds (by precision) into `us` as microseconds."""
+    frac_len, scale = fraction_reader(fsp)
+    src.emit(indent, f"x = _from_bytes(body[pos:pos + {width}], 'big'){adjust}")
+    end = width + frac_len
+    us = f"_from_bytes(body[pos + {width}:pos + {end}], 'big') * {scale}" if frac_len else "0"
+    src.emit(indent, f"us = {us}")
+    src.emit(indent, f"pos += {end}")
+
+
 def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mariadb: bool):
     """Emit code that sets `var` and advances `pos` for one non-NULL value."""
     spec = column.spec
@@ -161,13 +174,7 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
         _emit_text(src, indent, var, spec, spec.meta)
         return
     if t == ColumnType.DATETIME2:
-        frac_len, scale = fraction_reader(spec.meta)
-        emit(indent, "x = _from_bytes(body[pos:pos + 5], 'big') - 0x8000000000")
-        us = (
-            f"_from_bytes(body[pos + 5:pos + {5 + frac_len}], 'big') * {scale}" if frac_len else "0"
-        )
-        emit(indent, f"us = {us}")
-        emit(indent, f"pos += {5 + frac_len}")
+        _emit_seconds_and_fraction(src, indent, 5, spec.meta, " - 0x8000000000")
         emit(indent, "ymd = x >> 17; ym = ymd >> 5; hms = x & 0x1FFFF")
         args = "ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us"
         emit(indent, "try:")
@@ -176,13 +183,7 @@ def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mar
         emit(indent + 1, f"{var} = _format_datetime({args}, {spec.meta})")
         return
     if t == ColumnType.TIMESTAMP2:
-        frac_len, scale = fraction_reader(spec.meta)
-        emit(indent, "x = _from_bytes(body[pos:pos + 4], 'big')")
-        us = (
-            f"_from_bytes(body[pos + 4:pos + {4 + frac_len}], 'big') * {scale}" if frac_len else "0"
-        )
-        emit(indent, f"us = {us}")
-        emit(indent, f"pos += {4 + frac_len}")
+        _emit_seconds_and_fraction(src, indent, 4, spec.meta)
         zero = "0000-00-00 00:00:00" + ("." + "0" * spec.meta if spec.meta else "")
         emit(indent, "if x or us:")
         emit(indent + 1, f"{var} = _fromtimestamp(x, _UTC)")
