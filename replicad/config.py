@@ -12,6 +12,7 @@ by double underscores; values are read as YAML scalars (`REPLICAD_SOURCE__PORT=3
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -108,8 +109,82 @@ class StdoutSinkConfig(_Strict):
     path: Path | None = None  # None: standard output; else a file appended to
 
 
+class TopicsConfig(_Strict):
+    """How topics the sink creates on demand look (existing topics are used as they are)."""
+
+    create: bool = True
+    partitions: int = Field(1, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    config: dict[str, str] = {}  # topic-level settings, e.g. {"retention.ms": "604800000"}
+
+
+class KafkaSinkConfig(_Strict):
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = "{prefix}.{db}.{table}"  # placeholders: {prefix} {db} {table} {pipeline}
+    prefix: str | None = None  # default: the pipeline name
+    # Tables without a primary key: "null" (Debezium's choice: no key, so partitions may
+    # reorder them), "table" (one key per table: all its changes in one partition, in order),
+    # "row" (every column of the row image).
+    key_without_pk: Literal["null", "table", "row"] = "null"
+    tombstones: bool = True  # a null-valued message after each delete (log compaction)
+    headers: bool = True  # replicad.file/pos/row/gtid headers on every message
+    transaction_metadata: bool = False  # the envelope's "transaction" block (else null)
+    topics: TopicsConfig = TopicsConfig()
+    # Our own limit on a message value; over it: "fail" stops the pipeline at that row,
+    # "route" sends it to oversized_topic (which must accept large messages).
+    max_message_bytes: int = Field(1_000_000, ge=1024)
+    oversized: Literal["fail", "route"] = "fail"
+    oversized_topic: str = "{prefix}.oversized"
+    oversized_max_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1_000_000_000)
+    exactly_once: bool = False
+    positions_topic: str = "{prefix}.replicad-positions"  # exactly-once: compacted, internal
+    # exactly-once: a Kafka transaction ends after this many binlog transactions or ms.
+    batch_transactions: int = Field(500, ge=1)
+    batch_ms: float = Field(100.0, gt=0)
+    # Back-pressure: at most this many unacknowledged messages (librdkafka's queue).
+    max_in_flight: int = Field(100_000, ge=1, le=10_000_000)
+    producer: dict[str, str | int | float | bool] = {}  # librdkafka settings, passed through
+
+    def topic_prefix(self, pipeline: str) -> str:
+        return self.prefix if self.prefix is not None else pipeline
+
+
 class SinksConfig(_Strict):
     stdout: StdoutSinkConfig | None = None
+    kafka: KafkaSinkConfig | None = None
+
+
+class ColumnFiltersConfig(_Strict):
+    exclude: list[str] = []  # regexes matched against "db.table.column"
+    mask: list[str] = []  # the value is replaced by "***" (the key keeps the real value)
+
+
+class FiltersConfig(_Strict):
+    """Which tables reach the sinks; regexes fully matched against "db.table"."""
+
+    include: list[str] = [".*"]
+    exclude: list[str] = []
+    columns: ColumnFiltersConfig = ColumnFiltersConfig()
+
+    @model_validator(mode="after")
+    def _valid_regexes(self) -> FiltersConfig:
+        for name, patterns in (
+            ("include", self.include),
+            ("exclude", self.exclude),
+            ("columns.exclude", self.columns.exclude),
+            ("columns.mask", self.columns.mask),
+        ):
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"filters.{name}: bad regex {pattern!r}: {exc}") from None
+        return self
+
+
+class CheckpointConfig(_Strict):
+    interval_s: float = Field(1.0, gt=0)  # how often the acknowledged position is stored
+    rows: int = Field(10_000, ge=1)  # inside a huge transaction: a row-index checkpoint
 
 
 class LocalStoreConfig(_Strict):
@@ -132,7 +207,9 @@ class LogConfig(_Strict):
 class Config(_Strict):
     pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     source: SourceConfig = SourceConfig()
+    filters: FiltersConfig = FiltersConfig()
     sinks: SinksConfig = SinksConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     coordination: CoordinationConfig = CoordinationConfig()
     schema_: SchemaConfig = Field(SchemaConfig(), alias="schema")
     log: LogConfig = LogConfig()
@@ -142,7 +219,7 @@ class Config(_Strict):
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
-    top_level = {"pipeline", "source", "sinks", "coordination", "schema", "log"}
+    top_level = {field.alias or name for name, field in Config.model_fields.items()}
     for name, raw in environ.items():
         path = name[len(ENV_PREFIX) :].lower().split("__")
         # Only variables naming a config section count (REPLICAD_PURE_PYTHON etc. are not).

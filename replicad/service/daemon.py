@@ -1,10 +1,11 @@
 """The `replicad run` pipeline: primary -> transactions -> sink -> checkpoint.
 
 One direction, no back-edges. Rows are published as they are decoded (a huge transaction
-streams); the position is saved only after the sink has made a transaction's rows durable
-(`commit()`), so a crash re-sends at most the transaction in flight. Inside a huge transaction
-the position is also saved every `checkpoint_rows` rows with a row index, so a restart skips
-the rows already delivered instead of re-sending them.
+streams); a mark follows every transaction (and every `checkpoint.rows` rows inside a huge
+one, with a row index, so a restart skips rows already delivered). The position is stored
+only up to the last mark every sink acknowledged (service/checkpoint.py), so a crash re-sends
+at most the unacknowledged window. A sink that cannot keep up makes `publish` wait
+(`wait_for_room`), which stops reading: memory stays bounded.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from replicad.coordination.local import LocalPositionStore
 from replicad.errors import ConfigError, GtidError, ServerError
 from replicad.protocol.commands import ResultSet
 from replicad.protocol.transport import AsyncConnection
+from replicad.service.checkpoint import Checkpointer
+from replicad.sinks.base import Sink
+from replicad.sinks.kafka import KafkaSink
+from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.source.position import Position
 from replicad.source.schema import (
@@ -42,7 +47,8 @@ from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembl
 
 log = structlog.get_logger("replicad.daemon")
 
-CHECKPOINT_ROWS = 10_000
+SHUTDOWN_GRACE_S = 30.0  # finishing the transaction in flight after a stop request
+SHUTDOWN_DRAIN_S = 30.0  # waiting for sinks to acknowledge what was published
 
 
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
@@ -99,19 +105,30 @@ class Pipeline:
         self.config = config
         self.password = password
         self.store = LocalPositionStore(config.coordination.local.path, config.pipeline)
+        self.filter = ChangeFilter(config.filters)
+        self.sinks: list[Sink] = []
+        self.kafka: KafkaSink | None = None
+        if config.sinks.kafka is not None:
+            self.kafka = KafkaSink(config.sinks.kafka, config.pipeline, self.filter)
+            self.sinks.append(self.kafka)
         stdout = config.sinks.stdout
-        self.sink = JsonLinesSink(stdout.path if stdout is not None else None)
+        if stdout is not None or not self.sinks:  # stdout is the default without Kafka
+            self.sinks.append(JsonLinesSink(stdout.path if stdout else None, self.filter))
         self.stream = ReplicaStream(config.source, password, pipeline=config.pipeline)
-        self.committed: Position | None = None
+        self.committed: Position | None = None  # after the last transaction read
         self.transactions = 0
         self.rows = 0
         self._in_transaction = False
         self._stop_requested = False
+        # Held while an event is processed or sinks are maintained: a sink is never entered
+        # from two tasks at once (an exactly-once commit must not interleave with publishing).
+        self._gate = asyncio.Lock()
         # Schema history (replicad.source.schema): column names for TABLE_MAPs without them.
         self.history_path = config.schema_.history_path or default_history_path(
             config.coordination.local.path
         )
         self.history = SchemaHistory()
+        self.checkpointer: Checkpointer | None = None
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -120,8 +137,18 @@ class Pipeline:
     def idle(self) -> bool:
         return not self._in_transaction
 
+    @property
+    def stored(self) -> Position | None:
+        return None if self.checkpointer is None else self.checkpointer.stored
+
     async def resolve_start(self) -> Position:
         stored = self.store.load()
+        if self.kafka is not None:
+            in_kafka = await self.kafka.start()
+            if in_kafka is not None:  # exactly-once: Kafka's record is the truth
+                if stored is not None and stored != in_kafka:
+                    log.info("position_from_kafka", kafka=str(in_kafka), local=str(stored))
+                stored = in_kafka
         if stored is not None:
             log.info("position_loaded", position=str(stored))
             # The persisted history, trimmed to the stored position; never a new snapshot
@@ -163,83 +190,158 @@ class Pipeline:
 
     async def run(self) -> None:
         self.committed = await self.resolve_start()
+        checkpointer = self.checkpointer = Checkpointer(
+            self.sinks,
+            self.store,
+            self.history,
+            self.history_path,
+            self.config.checkpoint.interval_s,
+            stored=self.store.load(),
+        )
+        ticker = asyncio.create_task(self._tick())
+        try:
+            await self._stream(checkpointer)
+        finally:
+            ticker.cancel()
+
+    async def _stream(self, checkpointer: Checkpointer) -> None:
+        assert self.committed is not None
         position_of: Callable[[], Position] = lambda: self.committed  # noqa: E731
         assembler = TransactionAssembler(self.committed)
         skip = self.committed.row  # rows of the next transaction already delivered
         numbering = RowNumbering()
         delivered = 0
         gtid_text: str | None = None
+        sinks = self.sinks
+        includes = self.filter.includes
+        rows_per_mark = self.config.checkpoint.rows
         async for event in self.stream.events(position_of):
-            if isinstance(event, Reconnected):
-                # The transaction in flight (if any) is sent again from its start.
-                skip = max(skip, delivered) if self._in_transaction else skip
-                log.info(
-                    "source_resumed",
-                    position=str(event.position),
-                    in_transaction=self._in_transaction,
-                    skip_rows=skip,
-                )
-                assembler = TransactionAssembler(self.committed)
-                self._in_transaction = False
-                delivered = 0
-                self.history.rollback()  # the DDL of the transaction in flight comes again
-                continue
-            # Schema history: DDL as it is read (rows later in its transaction need it);
-            # stamped with its position at the commit. Each TABLE_MAP before its rows.
-            if isinstance(event, QueryEvent):
-                self.history.apply(event)
-            elif isinstance(event, TableMapEvent):
-                self.history.apply_to(event)
-            for item in assembler.feed(event):
-                if isinstance(item, Begin):
-                    self._in_transaction = True
-                    delivered = 0
-                    gtid_text = str(item.gtid) if item.gtid is not None else None
-                elif isinstance(item, Rows):
-                    for change in changes_of(item.event, assembler.file, gtid_text, numbering):
-                        if delivered < skip:
-                            delivered += 1
-                            continue
-                        self.sink.publish(change)
-                        delivered += 1
-                        self.rows += 1
-                        if delivered % CHECKPOINT_ROWS == 0:
-                            self._checkpoint(self.committed.with_row(delivered))
-                elif isinstance(item, Commit):
-                    self.history.commit(item.position)
-                    self._checkpoint(item.position)
-                    self.committed = item.position
+            await self._gate.acquire()  # uncontended: no suspension
+            try:
+                if isinstance(event, Reconnected):
+                    # The transaction in flight (if any) is sent again from its start.
+                    skip = max(skip, delivered) if self._in_transaction else skip
+                    log.info(
+                        "source_resumed",
+                        position=str(event.position),
+                        in_transaction=self._in_transaction,
+                        skip_rows=skip,
+                    )
+                    assembler = TransactionAssembler(self.committed)
                     self._in_transaction = False
-                    self.transactions += 1
-                    skip = delivered = 0
-                    if self._stop_requested:
-                        return
-            if self._stop_requested and not self._in_transaction:
-                return
+                    delivered = 0
+                    self.history.rollback()  # the DDL of the transaction in flight comes again
+                    continue
+                # Schema history: DDL as it is read (rows later in its transaction need it);
+                # stamped with its position at the commit. Each TABLE_MAP before its rows.
+                if isinstance(event, QueryEvent):
+                    self.history.apply(event)
+                elif isinstance(event, TableMapEvent):
+                    self.history.apply_to(event)
+                for item in assembler.feed(event):
+                    if isinstance(item, Begin):
+                        self._in_transaction = True
+                        delivered = 0
+                        gtid_text = str(item.gtid) if item.gtid is not None else None
+                    elif isinstance(item, Rows):
+                        table = item.event.table_map
+                        wanted = table is None or includes(table.schema, table.table)
+                        # Rows of excluded tables are counted too, so that the row index of a
+                        # restart does not depend on the filters.
+                        for change in changes_of(item.event, assembler.file, gtid_text, numbering):
+                            if delivered < skip:
+                                delivered += 1
+                                continue
+                            delivered += 1
+                            if wanted:
+                                for sink in sinks:
+                                    sink.publish(change)
+                                    if sink.backlogged:
+                                        await sink.wait_for_room()
+                                self.rows += 1
+                            if delivered % rows_per_mark == 0:
+                                checkpointer.mark(self.committed.with_row(delivered), False)
+                                await self._after_mark(checkpointer)
+                    elif isinstance(item, Commit):
+                        self.history.commit(item.position)
+                        checkpointer.mark(item.position, True)
+                        self.committed = item.position
+                        self._in_transaction = False
+                        self.transactions += 1
+                        skip = delivered = 0
+                        await self._after_mark(checkpointer)
+                        if self._stop_requested:
+                            return
+                if self._stop_requested and not self._in_transaction:
+                    return
+            finally:
+                self._gate.release()
 
-    def _checkpoint(self, position: Position) -> None:
-        self.sink.commit()
-        if self.history.dirty:  # the history first: it may be ahead of the position, not behind
-            self.history.save(self.history_path, durable=self.committed)
-        self.store.save(position)
+    async def _after_mark(self, checkpointer: Checkpointer) -> None:
+        for sink in self.sinks:
+            if sink.backlogged:  # e.g. an exactly-once batch is due
+                await sink.wait_for_room()
+        if checkpointer.due():
+            checkpointer.checkpoint()
+        while checkpointer.backlogged:  # acknowledgements lag far behind: let them catch up
+            for sink in self.sinks:
+                await sink.maintain()
+            checkpointer.checkpoint()
+            await asyncio.sleep(0.05)
 
-    async def close(self) -> None:
+    async def _tick(self) -> None:
+        """While the source is quiet: serve sink callbacks, close due batches, checkpoint."""
+        interval = self.config.checkpoint.interval_s
+        kafka = self.config.sinks.kafka
+        if kafka is not None and kafka.exactly_once:
+            interval = min(interval, kafka.batch_ms / 1000)
+        interval = min(interval, 0.5)
+        assert self.checkpointer is not None
+        while True:
+            await asyncio.sleep(interval)
+            async with self._gate:
+                for sink in self.sinks:
+                    await sink.maintain()
+                if self.checkpointer.due():
+                    self.checkpointer.checkpoint()
+
+    async def close(self, drain_timeout_s: float = SHUTDOWN_DRAIN_S) -> None:
+        """Stop reading, deliver what was published (bounded), store the final position."""
         await self.stream.close()
-        self.sink.commit()
-        self.sink.close()
+        try:
+            for sink in self.sinks:
+                try:
+                    await asyncio.wait_for(sink.drain(drain_timeout_s), drain_timeout_s + 5)
+                except TimeoutError:
+                    log.warning("sink_drain_timeout", timeout_s=drain_timeout_s)
+            if self.checkpointer is not None:
+                self.checkpointer.checkpoint()
+        finally:
+            for sink in self.sinks:
+                sink.close()
 
 
 async def run_until_stopped(config: Config, password: str, stop: asyncio.Event) -> Pipeline:
-    """Run the pipeline until `stop` is set; the transaction in flight is finished first."""
+    """Run the pipeline until `stop` is set; the transaction in flight is finished first
+    (for at most SHUTDOWN_GRACE_S: a sink that cannot deliver must not block the stop)."""
     pipeline = Pipeline(config, password)
     task = asyncio.create_task(pipeline.run())
     stopper = asyncio.create_task(stop.wait())
+    failed = False
     try:
         done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
             pipeline.request_stop()
             log.info("stop_requested", in_transaction=not pipeline.idle)
+            deadline = asyncio.get_running_loop().time() + SHUTDOWN_GRACE_S
             while not task.done() and not pipeline.idle:
+                if asyncio.get_running_loop().time() > deadline:
+                    log.warning(
+                        "stop_grace_exceeded",
+                        note="the transaction in flight is "
+                        "sent again from the stored position at the next start",
+                    )
+                    break
                 await asyncio.wait({task}, timeout=0.05)
             if not task.done():
                 task.cancel()
@@ -247,12 +349,17 @@ async def run_until_stopped(config: Config, password: str, stop: asyncio.Event) 
             await task
         except asyncio.CancelledError:
             pass
+        except BaseException:
+            failed = True
+            raise
     finally:
         stopper.cancel()
-        await pipeline.close()
+        # After a failure nothing more is delivered: the position stays where acks put it.
+        await pipeline.close(0.0 if failed else SHUTDOWN_DRAIN_S)
     log.info(
         "stopped",
-        position=str(pipeline.committed),
+        position=str(pipeline.stored),
+        read=str(pipeline.committed),
         transactions=pipeline.transactions,
         rows=pipeline.rows,
     )

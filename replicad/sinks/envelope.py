@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from replicad import __version__
 from replicad.binlog import jsonb
 from replicad.binlog.changes import RowChange
 from replicad.binlog.values import Geometry
@@ -73,6 +74,8 @@ def json_column(value: Any) -> Any:
 
 
 def change_to_dict(change: RowChange) -> dict:
+    """One JSON line of `replicad dump` and the stdout sink: the envelope, plus `db` and
+    `table` at the top (a line has no topic to name them)."""
     json_columns = change.json_columns
     return {
         "op": change.op,
@@ -87,7 +90,44 @@ def change_to_dict(change: RowChange) -> dict:
             "row": change.row,
             "server_id": change.server_id,
             "ts_ms": change.ts_ms,
+            "db": change.db,
+            "table": change.table,
         },
+    }
+
+
+def change_envelope(
+    change: RowChange,
+    op: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    server: str,
+    ts_ms: int,
+    transaction: dict[str, Any] | None = None,
+) -> dict:
+    """The Kafka message value, shaped like Debezium's MySQL envelope (ARCHITECTURE §6) so
+    that Debezium-JSON consumers read it unchanged. `op`, `before` and `after` are passed in
+    because a primary-key change is split into a delete and a create."""
+    json_columns = change.json_columns
+    return {
+        "before": _row(before, json_columns),
+        "after": _row(after, json_columns),
+        "source": {
+            "version": __version__,
+            "connector": "replicad",
+            "server": server,
+            "server_id": change.server_id,
+            "ts_ms": change.ts_ms,
+            "db": change.db,
+            "table": change.table,
+            "gtid": change.gtid,
+            "file": change.file,
+            "pos": change.pos,
+            "row": change.row,
+        },
+        "op": op,
+        "ts_ms": ts_ms,
+        "transaction": transaction,
     }
 
 

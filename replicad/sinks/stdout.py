@@ -1,28 +1,36 @@
 """JSON-lines sink: standard output or a file (the embedded default without Kafka).
 
-A transaction's messages count as delivered once they are written and flushed (and, for a
-file, fsynced), which is when `commit()` returns; only then may the position move past it.
+Lines are written as rows are decoded; a mark counts as delivered once everything before it
+is flushed (and, for a file, fsynced), which `acked()` does — at each checkpoint, so a file
+is fsynced at most once per `checkpoint.interval_s`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
 from typing import BinaryIO
 
 from replicad.binlog.changes import RowChange
-from replicad.errors import ReplicadError
+from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import change_to_dict, dumps
+from replicad.sinks.routing import ChangeFilter
+from replicad.source.position import Position
 
-
-class SinkError(ReplicadError):
-    """A sink could not deliver (disk full, closed pipe, ...)."""
+__all__ = ["JsonLinesSink", "SinkError"]
 
 
 class JsonLinesSink:
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    backlogged = False
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, change_filter: ChangeFilter | None = None
+    ) -> None:
         self.path = Path(path) if path is not None else None
+        self.filter = change_filter
+        self._marked = 0
         self._out: BinaryIO
         if self.path is None:
             self._out = sys.stdout.buffer
@@ -36,19 +44,35 @@ class JsonLinesSink:
                 ) from None
 
     def publish(self, change: RowChange) -> None:
+        if self.filter is not None and self.filter.touches_columns:
+            before, after = self.filter.rows(change)
+            change = dataclasses.replace(change, before=before, after=after)
         try:
             self._out.write(dumps(change_to_dict(change)) + b"\n")
         except OSError as exc:
             raise SinkError(f"cannot write a change: {exc.strerror}", file=self._name) from None
 
-    def commit(self) -> None:
-        """Make everything published so far durable enough to move the position past it."""
+    def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
+        self._marked = seq
+
+    def acked(self) -> int:
+        """Make everything written so far durable enough to move the position past it."""
         try:
             self._out.flush()
             if self.path is not None:
                 os.fsync(self._out.fileno())
         except OSError as exc:
             raise SinkError(f"cannot flush changes: {exc.strerror}", file=self._name) from None
+        return self._marked
+
+    async def wait_for_room(self) -> None:
+        return None
+
+    async def maintain(self) -> None:
+        return None
+
+    async def drain(self, timeout_s: float) -> None:
+        self.acked()
 
     def close(self) -> None:
         if self.path is not None:

@@ -202,7 +202,9 @@ def test_dump_cli_envelope_positions_and_events(table, mariadb) -> None:
     first = mine[0]
     assert first["before"] is None
     assert first["after"] == {"id": 1, "a": "a", "b": 1, "big": "AQ==", "note": "n1"}
-    assert set(first["source"]) == {"file", "pos", "gtid", "row", "server_id", "ts_ms"}
+    assert set(first["source"]) == {
+        "file", "pos", "gtid", "row", "server_id", "ts_ms", "db", "table"
+    }  # fmt: skip
     assert first["source"]["file"] == file and first["source"]["server_id"] == 1
     assert mine[1]["source"]["row"] == 1 and mine[1]["source"]["pos"] == first["source"]["pos"]
     assert mine[2]["before"]["a"] == "b" and mine[2]["after"]["a"] == "z"

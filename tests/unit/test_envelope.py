@@ -83,6 +83,8 @@ def test_source_block() -> None:
         "row": 0,
         "server_id": 1,
         "ts_ms": 1000,
+        "db": "db",
+        "table": "t",
     }
     assert out["op"] == "c" and out["before"] is None
 

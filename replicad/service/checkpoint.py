@@ -1,0 +1,94 @@
+"""The checkpoint rule (ARCHITECTURE §3): store a position only when the messages up to it,
+and all earlier ones, are acknowledged by every sink.
+
+The pipeline places a numbered mark after each transaction (and every `checkpoint.rows` rows
+inside a huge one); each sink reports the highest mark it has fully delivered; the position of
+the lowest of those is stored, at most every `checkpoint.interval_s` and at shutdown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from replicad.sinks.base import Sink
+from replicad.source.position import Position
+from replicad.source.schema import SchemaHistory
+
+log = structlog.get_logger("replicad.checkpoint")
+
+# Marks waiting for acknowledgement; beyond this the pipeline waits (transactions that publish
+# nothing still leave a mark, so a Kafka outage must not let them pile up).
+MAX_PENDING_MARKS = 100_000
+
+
+class PositionStore(Protocol):
+    """What the checkpointer writes to (coordination.local today, ZooKeeper later)."""
+
+    def save(self, position: Position) -> None: ...
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        sinks: Sequence[Sink],
+        store: PositionStore,
+        history: SchemaHistory,
+        history_path: Path,
+        interval_s: float,
+        stored: Position | None,
+    ) -> None:
+        self.sinks = sinks
+        self.store = store
+        self.history = history
+        self.history_path = history_path
+        self.interval_s = interval_s
+        self.stored = stored
+        self._marks: deque[tuple[int, Position]] = deque()
+        self._seq = 0
+        self._last_save = time.monotonic()
+
+    def mark(self, position: Position, transaction_end: bool = True) -> None:
+        self._seq += 1
+        self._marks.append((self._seq, position))
+        for sink in self.sinks:
+            sink.mark(self._seq, position, transaction_end)
+
+    @property
+    def backlogged(self) -> bool:
+        return len(self._marks) > MAX_PENDING_MARKS
+
+    @property
+    def pending_marks(self) -> int:
+        return len(self._marks)
+
+    def acknowledged(self) -> Position | None:
+        """The position after the last mark every sink acknowledged (None: none new)."""
+        acked = min(sink.acked() for sink in self.sinks)
+        position = None
+        marks = self._marks
+        while marks and marks[0][0] <= acked:
+            position = marks.popleft()[1]
+        return position
+
+    def due(self) -> bool:
+        return time.monotonic() - self._last_save >= self.interval_s
+
+    def checkpoint(self) -> Position | None:
+        """Store the acknowledged position if it moved; returns it (None: unchanged)."""
+        self._last_save = time.monotonic()
+        position = self.acknowledged()
+        if position is None or position == self.stored:
+            return None
+        # The history first: it may be ahead of the stored position, never behind it. Only
+        # entries at or before the position stored so far may be folded into its base.
+        if self.history.dirty:
+            self.history.save(self.history_path, durable=self.stored)
+        self.store.save(position)
+        self.stored = position
+        return position

@@ -1,0 +1,560 @@
+"""Kafka sink: one topic per table, Debezium-style values, delivery tracked per transaction.
+
+At-least-once (default): an idempotent producer with acks=all and no message timeout, so a
+Kafka outage pauses delivery (and, through the bounded producer queue, reading) instead of
+dropping messages; the position advances only past marks whose messages were all acknowledged.
+
+Exactly-once (`exactly_once: true`): a transactional producer (`transactional.id` =
+`replicad-<pipeline>`). Batches of binlog transactions and a position record in the internal
+compacted positions topic commit atomically; on start the position is read back from there.
+A second producer with the same id fences this one: the next produce/commit raises
+PRODUCER_FENCED and the sink stops without writing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+import structlog
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from replicad.binlog.changes import RowChange
+from replicad.config import KafkaSinkConfig
+from replicad.errors import ConfigError
+from replicad.sinks.base import (
+    DeliveryTracker,
+    ProducerFencedError,
+    SinkError,
+    SinkUnavailableError,
+)
+from replicad.sinks.envelope import change_envelope, dumps
+from replicad.sinks.routing import ChangeFilter, KafkaRouting
+from replicad.source.position import Position
+
+log = structlog.get_logger("replicad.sinks.kafka")
+
+POLL_EVERY = 1000  # serve delivery reports every this many messages
+QUEUE_KBYTES = 256 * 1024  # librdkafka's queue bound (it defaults to 1 GiB)
+ADMIN_TIMEOUT_S = 10.0
+_FENCED = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+}
+# Settings that would break the delivery guarantee; allowed, but said out loud.
+_WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
+
+Message = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+
+
+class KafkaSink:
+    def __init__(self, config: KafkaSinkConfig, pipeline: str, change_filter: ChangeFilter):
+        self.config = config
+        self.pipeline = pipeline
+        self.routing = KafkaRouting(config, pipeline)
+        self.filter = change_filter
+        self.exactly_once = config.exactly_once
+        self.transactional_id = str(config.producer.get("transactional.id", f"replicad-{pipeline}"))
+        self.tracker = DeliveryTracker()
+        self._fatal: SinkError | None = None
+        self._last_error_log = 0.0
+        self.producer = Producer(self._producer_settings())
+        self.admin = AdminClient(
+            {"bootstrap.servers": config.bootstrap_servers, **self._shared_settings()}
+        )
+        self._ready_topics: set[str] = set()
+        self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
+        self._since_poll = 0
+        # transaction metadata (the envelope's "transaction" block)
+        self._txn_id: str | None = None
+        self._txn_total = 0
+        self._txn_per_table: dict[tuple[str, str], int] = {}
+        # exactly-once state
+        self._in_kafka_txn = False
+        self._txn_started = 0.0
+        self._since_mark = 0  # messages published after the last mark
+        self._last_mark: tuple[int, Position] | None = None
+        self._marks_in_batch = 0
+        self._committed_seq = 0
+        self._commit_due = False
+
+    # ------------------------------------------------------------------ settings
+
+    def _shared_settings(self) -> dict[str, Any]:
+        """Security and connection settings the admin and consumer clients need as well."""
+        return {
+            k: v
+            for k, v in self.config.producer.items()
+            if k.startswith(("security.", "sasl.", "ssl.", "socket.", "client.dns"))
+        }
+
+    def _producer_settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "bootstrap.servers": self.config.bootstrap_servers,
+            "client.id": f"replicad-{self.pipeline}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "queue.buffering.max.messages": self.config.max_in_flight,
+            "queue.buffering.max.kbytes": QUEUE_KBYTES,
+            "message.max.bytes": max(
+                self.config.max_message_bytes,
+                self.config.oversized_max_bytes if self.config.oversized == "route" else 0,
+            )
+            + 64 * 1024,  # room for key, headers and framing: our own check is on the value
+            "error_cb": self._on_error,
+        }
+        if self.exactly_once:
+            settings["transactional.id"] = self.transactional_id
+            settings["transaction.timeout.ms"] = 60_000
+            settings["message.timeout.ms"] = 60_000  # must not exceed the transaction timeout
+        else:
+            settings["message.timeout.ms"] = 0  # never give up: an outage pauses, not drops
+        for key, value in self.config.producer.items():
+            if key in _WEAKENING and value in _WEAKENING[key]:
+                log.warning("kafka_setting_weakens_delivery", setting=key, value=value)
+            settings[key] = value
+        return settings
+
+    def _on_error(self, err: KafkaError) -> None:
+        """librdkafka's client-level errors: broker down, authentication, fatal producer
+        states. Transient ones are logged (at most every 5 s); fatal ones stop the sink."""
+        if err.fatal():
+            self._fatal = _fenced_or(err, "the Kafka producer hit a fatal error")
+            return
+        now = time.monotonic()
+        if now - self._last_error_log >= 5.0:
+            self._last_error_log = now
+            log.warning("kafka_unavailable", error=err.str(), code=err.name())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Position | None:
+        """Exactly-once: fence older producers of this pipeline and read the position stored
+        in Kafka. At-least-once: nothing to do (returns None)."""
+        if not self.exactly_once:
+            return None
+        await self._ensure_topic(self.routing.positions_topic, compacted=True)
+        while True:
+            try:
+                await asyncio.to_thread(self.producer.init_transactions, ADMIN_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable():
+                    log.warning("kafka_init_transactions_retry", error=err.str())
+                    await asyncio.sleep(1.0)
+                    continue
+                raise _fenced_or(err, "cannot initialise Kafka transactions") from None
+        log.info("kafka_transactions_ready", transactional_id=self.transactional_id)
+        return await asyncio.to_thread(self._read_stored_position)
+
+    def _read_stored_position(self) -> Position | None:
+        """The last committed position record of this pipeline (read_committed). Stops at
+        the end of each partition, or after 2 s without a record."""
+        topic = self.routing.positions_topic
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.config.bootstrap_servers,
+                "group.id": f"replicad-{self.pipeline}-positions",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                **self._shared_settings(),
+            }
+        )
+        try:
+            meta = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+            partitions = list(meta.topics[topic].partitions)
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+            open_partitions = set(partitions)
+            found: dict[str, Any] | None = None
+            idle_since = time.monotonic()
+            while open_partitions and time.monotonic() - idle_since < 2.0:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        open_partitions.discard(msg.partition())
+                    continue
+                idle_since = time.monotonic()
+                if msg.key() == self.pipeline.encode() and msg.value():
+                    found = orjson.loads(msg.value())
+        finally:
+            consumer.close()
+        if found is None:
+            log.info("kafka_position_absent", topic=topic)
+            return None
+        position = Position.from_json(found["position"])
+        log.info("kafka_position_loaded", topic=topic, position=str(position))
+        return position
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(self, change: RowChange) -> None:
+        routing = self.routing
+        topic = routing.topic(change.db, change.table)
+        before, after = self.filter.rows(change)
+        now_ms = int(time.time() * 1000)
+        headers = self._headers(change) if self.config.headers else None
+        transaction = self._transaction_block(change) if self.config.transaction_metadata else None
+        op = change.op
+        if op == "c":
+            key = routing.key(change, change.after)
+            self._send(
+                topic,
+                key,
+                change_envelope(change, op, None, after, self.pipeline, now_ms, transaction),
+                headers,
+            )
+            return
+        old_key = routing.key(change, change.before)
+        if op == "u":
+            new_key = routing.key(change, change.after)
+            if new_key == old_key or not change.primary_key:
+                value = change_envelope(
+                    change, op, before, after, self.pipeline, now_ms, transaction
+                )
+                self._send(topic, new_key, value, headers)
+                return
+            # A primary-key change: the old key is deleted, the new one created (Debezium).
+            self._delete(topic, old_key, change, before, now_ms, transaction, headers)
+            value = change_envelope(change, "c", None, after, self.pipeline, now_ms, transaction)
+            self._send(topic, new_key, value, headers)
+            return
+        self._delete(topic, old_key, change, before, now_ms, transaction, headers)
+
+    def _delete(
+        self,
+        topic: str,
+        key: dict[str, Any] | None,
+        change: RowChange,
+        before: dict[str, Any] | None,
+        now_ms: int,
+        transaction: dict[str, Any] | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> None:
+        value = change_envelope(change, "d", before, None, self.pipeline, now_ms, transaction)
+        self._send(topic, key, value, headers)
+        if self.config.tombstones and key is not None:
+            self._send_raw(topic, dumps(key), None, headers, change)
+
+    def _send(
+        self,
+        topic: str,
+        key: dict[str, Any] | None,
+        value: dict[str, Any],
+        headers: list[tuple[str, bytes]] | None,
+    ) -> None:
+        key_bytes = None if key is None else dumps(key)
+        self._send_raw(topic, key_bytes, dumps(value), headers, None)
+
+    def _send_raw(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        change: RowChange | None,
+    ) -> None:
+        if value is not None and len(value) > self.config.max_message_bytes:
+            topic = self._oversized(topic, key, value, headers)
+        self._since_mark += 1
+        if self._pending or topic not in self._ready_topics:
+            self._pending.append((topic, key, value, headers))
+            return
+        if not self._produce(topic, key, value, headers):
+            self._pending.append((topic, key, value, headers))
+
+    def _oversized(
+        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]] | None
+    ) -> str:
+        context = {
+            "topic": topic,
+            "key": None if key is None else key[:200].decode("utf-8", "replace"),
+            "bytes": len(value),
+            "limit": self.config.max_message_bytes,
+        }
+        if headers:
+            context["source"] = ":".join(v.decode() for _, v in headers[:3])
+        if self.config.oversized == "fail":
+            raise SinkError(
+                "a message is larger than sinks.kafka.max_message_bytes; the position stays "
+                "before it (raise the limit or set sinks.kafka.oversized: route)",
+                **context,
+            )
+        log.warning("kafka_message_oversized_routed", to=self.routing.oversized_topic, **context)
+        return self.routing.oversized_topic
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> bool:
+        """Queue one message in librdkafka; False when its queue is full."""
+        producer = self.producer
+        if self.exactly_once and not self._in_kafka_txn:
+            self._begin_kafka_transaction()
+        unit = self.tracker.current
+        try:
+            producer.produce(topic, value, key, on_delivery=unit.delivered, headers=headers)
+        except BufferError:
+            producer.poll(0)
+            return False
+        except KafkaException as exc:
+            err = exc.args[0]
+            raise _fenced_or(err, "Kafka refused a message", topic=topic) from None
+        unit.outstanding += 1
+        self._since_poll += 1
+        if self._since_poll >= POLL_EVERY:
+            self._since_poll = 0
+            producer.poll(0)
+        return True
+
+    def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
+        headers = [
+            ("replicad.file", (change.file or "").encode()),
+            ("replicad.pos", str(change.pos).encode()),
+            ("replicad.row", str(change.row).encode()),
+        ]
+        if change.gtid is not None:
+            headers.append(("replicad.gtid", change.gtid.encode()))
+        return headers
+
+    def _transaction_block(self, change: RowChange) -> dict[str, Any]:
+        if self._txn_id is None:
+            self._txn_id = change.gtid or f"{change.file}:{change.pos}"
+        self._txn_total += 1
+        table = (change.db, change.table)
+        order = self._txn_per_table.get(table, 0) + 1
+        self._txn_per_table[table] = order
+        return {"id": self._txn_id, "total_order": self._txn_total, "data_collection_order": order}
+
+    # ------------------------------------------------------------------ marks and acks
+
+    def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        self.tracker.close(seq)
+        self._since_mark = 0
+        if transaction_end:
+            self._txn_id, self._txn_total = None, 0
+            self._txn_per_table.clear()
+        if self.exactly_once:
+            self._last_mark = (seq, position)
+            self._marks_in_batch += 1
+            if self._marks_in_batch >= self.config.batch_transactions or (
+                self._in_kafka_txn
+                and time.monotonic() - self._txn_started >= self.config.batch_ms / 1000
+            ):
+                self._commit_due = True
+
+    def acked(self) -> int:
+        if self._fatal is not None:
+            raise self._fatal
+        self.producer.poll(0)
+        acked = self.tracker.acked()
+        return self._committed_seq if self.exactly_once else acked
+
+    @property
+    def backlogged(self) -> bool:
+        return bool(self._pending) or self._commit_due
+
+    async def wait_for_room(self) -> None:
+        while self._pending:
+            if self._fatal is not None:
+                raise self._fatal
+            topic, key, value, headers = self._pending[0]
+            if topic not in self._ready_topics:
+                await self._ensure_topic(topic)
+                continue
+            if self._produce(topic, key, value, headers):
+                self._pending.popleft()
+            else:
+                # librdkafka's queue is full: Kafka is slow or away. Reading waits here.
+                await asyncio.sleep(0.01)
+        if self._commit_due:
+            await self._commit_batch()
+
+    async def maintain(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        self.producer.poll(0)
+        if (
+            self.exactly_once
+            and self._last_mark is not None
+            and self._last_mark[0] > self._committed_seq
+            and self._since_mark == 0
+            and not self._pending
+        ):
+            await self._commit_batch()
+
+    async def drain(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        await self.wait_for_room()
+        if self.exactly_once:
+            if self._last_mark is not None and self._last_mark[0] > self._committed_seq:
+                await self._commit_batch()
+            return
+        # flush() on this thread, in short slices: delivery reports touch the tracker.
+        while self.producer.flush(0.1) and time.monotonic() < deadline:
+            await asyncio.sleep(0)
+        remaining = self.tracker.outstanding
+        if remaining:
+            log.warning(
+                "kafka_undelivered_at_shutdown",
+                messages=remaining,
+                note="they are re-sent from the stored position at the next start",
+            )
+
+    def close(self) -> None:
+        if self.exactly_once and self._in_kafka_txn and self._fatal is None:
+            try:  # whatever follows the last committed mark is sent again after a restart
+                self.producer.abort_transaction(5.0)
+            except KafkaException as exc:
+                log.warning("kafka_abort_failed", error=exc.args[0].str())
+        self.producer.poll(0)
+
+    # ------------------------------------------------------------------ exactly-once
+
+    def _begin_kafka_transaction(self) -> None:
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            raise _fenced_or(exc.args[0], "cannot begin a Kafka transaction") from None
+        self._in_kafka_txn = True
+        self._txn_started = time.monotonic()
+        self._marks_in_batch = 0
+
+    async def _commit_batch(self) -> None:
+        """Commit the open Kafka transaction with a position record for its last mark."""
+        self._commit_due = False
+        assert self._last_mark is not None
+        seq, position = self._last_mark
+        if self._since_mark:
+            raise AssertionError("a Kafka transaction may only end at a mark")
+        topic = self.routing.positions_topic
+        if topic not in self._ready_topics:
+            await self._ensure_topic(topic, compacted=True)
+        record = {
+            "pipeline": self.pipeline,
+            "position": position.to_json(),
+            "ts_ms": int(time.time() * 1000),
+        }
+        if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None):
+            await asyncio.to_thread(self.producer.flush, 1.0)
+            if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None):
+                raise SinkUnavailableError("Kafka producer queue stays full", topic=topic)
+        while True:
+            try:
+                await asyncio.to_thread(self.producer.commit_transaction, 5.0)
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable():
+                    log.warning("kafka_commit_retry", error=err.str(), position=str(position))
+                    continue
+                if err.txn_requires_abort():
+                    try:
+                        self.producer.abort_transaction(10.0)
+                    except KafkaException:
+                        pass
+                    self._in_kafka_txn = False
+                    raise SinkUnavailableError(
+                        f"a Kafka transaction was aborted ({err.str()}); a restart resumes "
+                        "from the last committed position",
+                        position=str(position),
+                    ) from None
+                raise _fenced_or(err, "cannot commit a Kafka transaction") from None
+        self._in_kafka_txn = False
+        self._committed_seq = seq
+        self.tracker.acked()  # every unit up to this mark is delivered now
+        log.debug("kafka_batch_committed", position=str(position), seq=seq)
+
+    # ------------------------------------------------------------------ topics
+
+    async def _ensure_topic(self, topic: str, compacted: bool = False) -> None:
+        """Make sure a topic exists: look it up, create it when allowed (idempotent), retry
+        while Kafka is unreachable."""
+        delay = 0.5
+        while topic not in self._ready_topics:
+            try:
+                meta = await asyncio.to_thread(
+                    self.admin.list_topics, topic=None, timeout=ADMIN_TIMEOUT_S
+                )
+            except KafkaException as exc:
+                log.warning("kafka_metadata_retry", topic=topic, error=exc.args[0].str())
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            existing = meta.topics.get(topic)
+            if existing is not None and existing.error is None:
+                self._ready_topics.add(topic)
+                break
+            if not self.config.topics.create:
+                raise SinkError(
+                    "topic does not exist and sinks.kafka.topics.create is false", topic=topic
+                )
+            await self._create_topic(topic, compacted)
+
+    async def _create_topic(self, topic: str, compacted: bool) -> None:
+        conf = dict(self.config.topics.config)
+        if compacted:
+            conf["cleanup.policy"] = "compact"
+        spec = self.config.topics
+        new = NewTopic(
+            topic,
+            num_partitions=1 if compacted else spec.partitions,
+            replication_factor=spec.replication_factor,
+            config=conf,
+        )
+        futures = self.admin.create_topics([new], request_timeout=ADMIN_TIMEOUT_S)
+        try:
+            await asyncio.wrap_future(futures[topic])
+            log.info("kafka_topic_created", topic=topic, partitions=new.num_partitions)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if err.code() in (
+                KafkaError.INVALID_CONFIG,
+                KafkaError.INVALID_REPLICATION_FACTOR,
+                KafkaError.POLICY_VIOLATION,
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError.TOPIC_EXCEPTION,
+            ):
+                raise ConfigError(
+                    f"Kafka refused to create a topic: {err.str()}",
+                    topic=topic,
+                    key="sinks.kafka.topics",
+                ) from None
+            log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
+            await asyncio.sleep(1.0)
+
+
+def _fenced_or(err: KafkaError, reason: str, **context: object) -> SinkError:
+    if err.code() in _FENCED:
+        return ProducerFencedError(
+            "another replicad instance took over this pipeline's Kafka transactional id; "
+            "this one stops without writing more",
+            error=err.str(),
+            **context,
+        )
+    if err.retriable():
+        return SinkUnavailableError(f"{reason}: {err.str()}", **context)
+    return SinkError(f"{reason}: {err.str()}", **context)
