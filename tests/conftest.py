@@ -15,6 +15,8 @@ from tests.daemon_process import kill_leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
 MARIADB_PORT = int(os.environ.get("REPLICAD_MARIADB_PORT", "3306"))
+KAFKA_PORT = int(os.environ.get("REPLICAD_KAFKA_PORT", "9092"))
+ZK_PORT = int(os.environ.get("REPLICAD_ZK_PORT", "2181"))
 
 
 def _connect(**kwargs: object) -> pymysql.connections.Connection:
@@ -40,6 +42,20 @@ def mariadb() -> dict[str, object]:
     conn.close()
     assert fmt == "ROW" and metadata == "FULL", (fmt, metadata)
     return {"port": MARIADB_PORT, "binlog_dir": Path(basename).parent}
+
+
+@pytest.fixture(scope="session")
+def kafka() -> str:
+    """Make sure the Kafka-API broker (tansu on the s3 emulator) is up; its bootstrap string."""
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "kafka"], check=True)
+    return f"127.0.0.1:{KAFKA_PORT}"
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> str:
+    """Make sure the standalone ZooKeeper is up; its connect string."""
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "zookeeper"], check=True)
+    return f"127.0.0.1:{ZK_PORT}"
 
 
 @pytest.fixture

@@ -30,8 +30,20 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 class DaemonProcess:
     started: ClassVar[list[subprocess.Popen[bytes]]] = []
 
-    def __init__(self, tmp: Path, *, pipeline: str, source_yaml: str, password: str) -> None:
-        """`source_yaml`: the lines of the `source:` section, indented by two spaces."""
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        pipeline: str,
+        source_yaml: str,
+        password: str,
+        sinks_yaml: str | None = None,
+        extra_yaml: str = "",
+        log_level: str = "info",
+    ) -> None:
+        """`source_yaml`: the lines of the `source:` section, indented by two spaces;
+        `sinks_yaml` likewise for `sinks:` (default: the JSON-lines file `out`);
+        `extra_yaml`: further top-level sections."""
         self.tmp = tmp
         self.out = tmp / "changes.jsonl"
         self.err = tmp / "replicad.log"
@@ -41,9 +53,9 @@ class DaemonProcess:
         self.config.write_text(
             f"pipeline: {pipeline}\n"
             f"source:\n{source_yaml}  password_env: {PASSWORD_ENV}\n"
-            f"sinks:\n  stdout: {{path: {self.out}}}\n"
+            f"sinks:\n{sinks_yaml or f'  stdout: {{path: {self.out}}}'}\n"
             f"coordination:\n  local: {{path: {self.position_file}}}\n"
-            "log: {format: json, level: info}\n"
+            f"log: {{format: json, level: {log_level}}}\n" + extra_yaml
         )
         self.proc: subprocess.Popen[bytes] | None = None
 

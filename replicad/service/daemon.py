@@ -21,7 +21,7 @@ from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.rows import TableMapEvent
 from replicad.config import Config, StartConfig
 from replicad.coordination.local import LocalPositionStore
-from replicad.errors import ConfigError, GtidError, ServerError
+from replicad.errors import ConfigError, GtidError, ReplicadError, ServerError
 from replicad.protocol.commands import ResultSet
 from replicad.protocol.transport import AsyncConnection
 from replicad.service.checkpoint import Checkpointer
@@ -49,6 +49,7 @@ log = structlog.get_logger("replicad.daemon")
 
 SHUTDOWN_GRACE_S = 30.0  # finishing the transaction in flight after a stop request
 SHUTDOWN_DRAIN_S = 30.0  # waiting for sinks to acknowledge what was published
+FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
 
 
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
@@ -123,6 +124,7 @@ class Pipeline:
         # Held while an event is processed or sinks are maintained: a sink is never entered
         # from two tasks at once (an exactly-once commit must not interleave with publishing).
         self._gate = asyncio.Lock()
+        self._tick_failure: Exception | None = None
         # Schema history (replicad.source.schema): column names for TABLE_MAPs without them.
         self.history_path = config.schema_.history_path or default_history_path(
             config.coordination.local.path
@@ -198,10 +200,17 @@ class Pipeline:
             self.config.checkpoint.interval_s,
             stored=self.store.load(),
         )
+        # Both tasks take the gate; whichever fails first ends the pipeline with its error.
+        streaming = asyncio.create_task(self._stream(checkpointer))
         ticker = asyncio.create_task(self._tick())
         try:
-            await self._stream(checkpointer)
+            await asyncio.wait({streaming, ticker}, return_when=asyncio.FIRST_COMPLETED)
+            if ticker.done() and not streaming.done():
+                streaming.cancel()
+                ticker.result()  # raises the sink's error
+            await streaming
         finally:
+            streaming.cancel()
             ticker.cancel()
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
@@ -218,6 +227,8 @@ class Pipeline:
         async for event in self.stream.events(position_of):
             await self._gate.acquire()  # uncontended: no suspension
             try:
+                if self._tick_failure is not None:  # a sink failed while the source was quiet
+                    raise self._tick_failure
                 if isinstance(event, Reconnected):
                     # The transaction in flight (if any) is sent again from its start.
                     skip = max(skip, delivered) if self._in_transaction else skip
@@ -300,22 +311,38 @@ class Pipeline:
         while True:
             await asyncio.sleep(interval)
             async with self._gate:
-                for sink in self.sinks:
-                    await sink.maintain()
-                if self.checkpointer.due():
-                    self.checkpointer.checkpoint()
+                try:
+                    for sink in self.sinks:
+                        await sink.maintain()
+                    if self.checkpointer.due():
+                        self.checkpointer.checkpoint()
+                except Exception as exc:
+                    self._tick_failure = exc  # seen before the gate lets the stream go on
+                    raise
 
-    async def close(self, drain_timeout_s: float = SHUTDOWN_DRAIN_S) -> None:
-        """Stop reading, deliver what was published (bounded), store the final position."""
+    async def close(self, failed: bool = False) -> None:
+        """Stop reading, let the sinks deliver what was published (for at most
+        SHUTDOWN_DRAIN_S) and store the final acknowledged position. After a failure only
+        what was already handed over settles; nothing new is sent."""
         await self.stream.close()
         try:
+            timeout = FAILED_DRAIN_S if failed else SHUTDOWN_DRAIN_S
             for sink in self.sinks:
                 try:
-                    await asyncio.wait_for(sink.drain(drain_timeout_s), drain_timeout_s + 5)
+                    await asyncio.wait_for(sink.drain(timeout, failed), timeout + 5)
                 except TimeoutError:
-                    log.warning("sink_drain_timeout", timeout_s=drain_timeout_s)
+                    log.warning("sink_drain_timeout", timeout_s=timeout)
+                except ReplicadError as exc:
+                    if not failed:
+                        raise
+                    log.warning("sink_drain_failed", error=str(exc))
             if self.checkpointer is not None:
-                self.checkpointer.checkpoint()
+                try:
+                    self.checkpointer.checkpoint()
+                except ReplicadError as exc:  # a failed sink: its last good checkpoint stays
+                    if not failed:
+                        raise
+                    log.warning("final_checkpoint_skipped", error=str(exc))
         finally:
             for sink in self.sinks:
                 sink.close()
@@ -354,8 +381,7 @@ async def run_until_stopped(config: Config, password: str, stop: asyncio.Event) 
             raise
     finally:
         stopper.cancel()
-        # After a failure nothing more is delivered: the position stays where acks put it.
-        await pipeline.close(0.0 if failed else SHUTDOWN_DRAIN_S)
+        await pipeline.close(failed)
     log.info(
         "stopped",
         position=str(pipeline.stored),

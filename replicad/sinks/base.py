@@ -9,6 +9,7 @@ the pipeline stores the position of the lowest such mark over all its sinks (ARC
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from replicad.binlog.changes import RowChange
@@ -51,8 +52,9 @@ class Sink(Protocol):
     async def maintain(self) -> None:
         """Periodic work while the source is quiet (serve callbacks, close a due batch)."""
 
-    async def drain(self, timeout_s: float) -> None:
-        """At shutdown: deliver everything marked, for at most `timeout_s`."""
+    async def drain(self, timeout_s: float, failed: bool = False) -> None:
+        """At shutdown: deliver everything marked, for at most `timeout_s`. After a failure
+        (`failed`): only settle what was already handed over, start nothing new."""
 
     def close(self) -> None: ...
 
@@ -62,16 +64,18 @@ class DeliveryTracker:
     (`sent()` returns its callback); `close(seq)` ends the unit. Units complete in any order
     (different partitions ack independently) but are reported in order."""
 
-    __slots__ = ("_acked", "_open", "_units", "failure")
+    __slots__ = ("_acked", "_open", "_units", "failure", "failure_of")
 
-    def __init__(self) -> None:
-        self._units: deque[_Unit] = deque()
-        self._open = _Unit(self)
+    def __init__(self, failure_of: Callable[[Any, Any], SinkError] | None = None) -> None:
+        """`failure_of(err, msg)`: the error to raise for a failed delivery report."""
+        self.failure_of = failure_of or _delivery_failure
+        self._units: deque[DeliveryUnit] = deque()
+        self._open = DeliveryUnit(self)
         self._acked = 0
         self.failure: SinkError | None = None
 
     @property
-    def current(self) -> _Unit:
+    def current(self) -> DeliveryUnit:
         """The unit a message published now belongs to: pass its `delivered` as the delivery
         callback, then count the message with `unit.outstanding += 1` once it is queued."""
         return self._open
@@ -79,7 +83,7 @@ class DeliveryTracker:
     def close(self, seq: int) -> None:
         self._open.seq = seq
         self._units.append(self._open)
-        self._open = _Unit(self)
+        self._open = DeliveryUnit(self)
 
     def acked(self) -> int:
         if self.failure is not None:
@@ -99,7 +103,7 @@ class DeliveryTracker:
         return self._open.outstanding
 
 
-class _Unit:
+class DeliveryUnit:
     __slots__ = ("outstanding", "seq", "tracker")
 
     def __init__(self, tracker: DeliveryTracker) -> None:
@@ -111,27 +115,8 @@ class _Unit:
         """librdkafka's delivery report (called from `poll()`/`flush()` on our thread)."""
         self.outstanding -= 1
         if err is not None and self.tracker.failure is None:
-            self.tracker.failure = SinkError(
-                f"Kafka rejected a message: {err.str()}",
-                topic=msg.topic(),
-                partition=msg.partition(),
-                key=_short(msg.key()),
-                source=_source_of(msg),
-            )
+            self.tracker.failure = self.tracker.failure_of(err, msg)
 
 
-def _short(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    text = data.decode("utf-8", "replace")
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _source_of(msg: Any) -> str | None:
-    """file:pos:row (and GTID) of a message, from its replicad.* headers."""
-    headers = {name: bytes(value or b"").decode() for name, value in msg.headers() or ()}
-    if "replicad.file" not in headers:
-        return None
-    text = ":".join(headers.get(f"replicad.{n}", "?") for n in ("file", "pos", "row"))
-    gtid = headers.get("replicad.gtid")
-    return text + (f" gtid {gtid}" if gtid else "")
+def _delivery_failure(err: Any, msg: Any) -> SinkError:
+    return SinkError(f"a message was not delivered: {err}", topic=msg.topic())

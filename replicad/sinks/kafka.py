@@ -35,6 +35,7 @@ from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.sinks.base import (
     DeliveryTracker,
+    DeliveryUnit,
     ProducerFencedError,
     SinkError,
     SinkUnavailableError,
@@ -56,7 +57,8 @@ _FENCED = {
 # Settings that would break the delivery guarantee; allowed, but said out loud.
 _WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
 
-Message = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+# topic, key, value, headers, and the delivery unit (mark) the message counts towards
+Message = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None, DeliveryUnit]
 
 
 class KafkaSink:
@@ -67,16 +69,25 @@ class KafkaSink:
         self.filter = change_filter
         self.exactly_once = config.exactly_once
         self.transactional_id = str(config.producer.get("transactional.id", f"replicad-{pipeline}"))
-        self.tracker = DeliveryTracker()
+        self.tracker = DeliveryTracker(_delivery_failure)
         self._fatal: SinkError | None = None
         self._last_error_log = 0.0
-        self.producer = Producer(self._producer_settings())
+        self._settings = self._producer_settings()
+        try:
+            self.producer = Producer(self._settings)
+        except KafkaException as exc:
+            raise ConfigError(
+                f"librdkafka refused the producer settings: {exc.args[0].str()}",
+                key="sinks.kafka.producer",
+            ) from None
         self.admin = AdminClient(
             {"bootstrap.servers": config.bootstrap_servers, **self._shared_settings()}
         )
         self._ready_topics: set[str] = set()
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
+        self._paused_since: float | None = None  # reading paused by a full producer queue
+        self._pause_logged = False
         # transaction metadata (the envelope's "transaction" block)
         self._txn_id: str | None = None
         self._txn_total = 0
@@ -89,6 +100,7 @@ class KafkaSink:
         self._marks_in_batch = 0
         self._committed_seq = 0
         self._commit_due = False
+        self._committing = False
 
     # ------------------------------------------------------------------ settings
 
@@ -126,7 +138,17 @@ class KafkaSink:
             if key in _WEAKENING and value in _WEAKENING[key]:
                 log.warning("kafka_setting_weakens_delivery", setting=key, value=value)
             settings[key] = value
+        if self.exactly_once and "message.timeout.ms" not in self.config.producer:
+            settings["message.timeout.ms"] = settings["transaction.timeout.ms"]
         return settings
+
+    def _poll(self) -> None:
+        """Serve delivery reports and client errors; a fatal producer state (fenced) is
+        raised by the client from here."""
+        try:
+            self.producer.poll(0)
+        except KafkaException as exc:
+            raise _fenced_or(exc.args[0], "the Kafka producer failed") from None
 
     def _on_error(self, err: KafkaError) -> None:
         """librdkafka's client-level errors: broker down, authentication, fatal producer
@@ -273,11 +295,14 @@ class KafkaSink:
         if value is not None and len(value) > self.config.max_message_bytes:
             topic = self._oversized(topic, key, value, headers)
         self._since_mark += 1
+        # Counted at once, queued or not: a mark placed now must wait for this message.
+        unit = self.tracker.current
+        unit.outstanding += 1
         if self._pending or topic not in self._ready_topics:
-            self._pending.append((topic, key, value, headers))
+            self._pending.append((topic, key, value, headers, unit))
             return
-        if not self._produce(topic, key, value, headers):
-            self._pending.append((topic, key, value, headers))
+        if not self._produce(topic, key, value, headers, unit):
+            self._pending.append((topic, key, value, headers, unit))
 
     def _oversized(
         self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]] | None
@@ -305,25 +330,39 @@ class KafkaSink:
         key: bytes | None,
         value: bytes | None,
         headers: list[tuple[str, bytes]] | None,
+        unit: DeliveryUnit,
     ) -> bool:
-        """Queue one message in librdkafka; False when its queue is full."""
+        """Hand one (already counted) message to librdkafka; False when its queue is full."""
         producer = self.producer
+        if self._committing:  # the pipeline's gate keeps publishing and commits apart
+            raise SinkUnavailableError("internal: a message was published during a Kafka commit")
         if self.exactly_once and not self._in_kafka_txn:
             self._begin_kafka_transaction()
-        unit = self.tracker.current
         try:
             producer.produce(topic, value, key, on_delivery=unit.delivered, headers=headers)
         except BufferError:
-            producer.poll(0)
+            self._poll()
             return False
         except KafkaException as exc:
             err = exc.args[0]
+            if err.code() == KafkaError._FATAL:
+                # The cause (e.g. fenced) comes out of poll() or error_cb: report that.
+                self._poll()
+                if self._fatal is not None:
+                    raise self._fatal from None
+            if self.exactly_once and err.code() == KafkaError._STATE:
+                # The transaction failed underneath (fenced, timed out): abort says which.
+                self._abort_after_failed_commit()
+                raise SinkUnavailableError(
+                    f"the Kafka transaction is in an error state ({err.str()}); a restart "
+                    "resumes from the last committed position",
+                    topic=topic,
+                ) from None
             raise _fenced_or(err, "Kafka refused a message", topic=topic) from None
-        unit.outstanding += 1
         self._since_poll += 1
         if self._since_poll >= POLL_EVERY:
             self._since_poll = 0
-            producer.poll(0)
+            self._poll()
         return True
 
     def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
@@ -367,7 +406,7 @@ class KafkaSink:
     def acked(self) -> int:
         if self._fatal is not None:
             raise self._fatal
-        self.producer.poll(0)
+        self._poll()
         acked = self.tracker.acked()
         return self._committed_seq if self.exactly_once else acked
 
@@ -379,22 +418,46 @@ class KafkaSink:
         while self._pending:
             if self._fatal is not None:
                 raise self._fatal
-            topic, key, value, headers = self._pending[0]
+            topic, key, value, headers, unit = self._pending[0]
             if topic not in self._ready_topics:
                 await self._ensure_topic(topic)
                 continue
-            if self._produce(topic, key, value, headers):
+            if self._produce(topic, key, value, headers, unit):
                 self._pending.popleft()
+                self._end_pause()
             else:
                 # librdkafka's queue is full: Kafka is slow or away. Reading waits here.
+                self._note_pause()
                 await asyncio.sleep(0.01)
         if self._commit_due:
             await self._commit_batch()
 
+    def _note_pause(self) -> None:
+        """Short waits for queue room are normal at full speed; one over a second is not."""
+        now = time.monotonic()
+        if self._paused_since is None:
+            self._paused_since = now
+        elif not self._pause_logged and now - self._paused_since >= 1.0:
+            self._pause_logged = True
+            log.warning(
+                "kafka_backpressure",
+                queued=len(self.producer),
+                note="reading pauses until Kafka acknowledges",
+            )
+
+    def _end_pause(self) -> None:
+        if self._pause_logged:
+            log.info(
+                "kafka_backpressure_released",
+                paused_s=round(time.monotonic() - (self._paused_since or 0), 3),
+            )
+        self._paused_since = None
+        self._pause_logged = False
+
     async def maintain(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-        self.producer.poll(0)
+        self._poll()
         if (
             self.exactly_once
             and self._last_mark is not None
@@ -404,16 +467,22 @@ class KafkaSink:
         ):
             await self._commit_batch()
 
-    async def drain(self, timeout_s: float) -> None:
+    async def drain(self, timeout_s: float, failed: bool = False) -> None:
         deadline = time.monotonic() + timeout_s
-        await self.wait_for_room()
+        if failed and self.exactly_once:
+            return  # the open Kafka transaction is aborted by close()
+        if not failed:
+            await self.wait_for_room()
         if self.exactly_once:
             if self._last_mark is not None and self._last_mark[0] > self._committed_seq:
                 await self._commit_batch()
             return
         # flush() on this thread, in short slices: delivery reports touch the tracker.
-        while self.producer.flush(0.1) and time.monotonic() < deadline:
-            await asyncio.sleep(0)
+        try:
+            while self.producer.flush(0.1) and time.monotonic() < deadline:
+                await asyncio.sleep(0)
+        except KafkaException as exc:
+            raise _fenced_or(exc.args[0], "the Kafka producer failed") from None
         remaining = self.tracker.outstanding
         if remaining:
             log.warning(
@@ -428,7 +497,10 @@ class KafkaSink:
                 self.producer.abort_transaction(5.0)
             except KafkaException as exc:
                 log.warning("kafka_abort_failed", error=exc.args[0].str())
-        self.producer.poll(0)
+        try:
+            self._poll()
+        except SinkError:
+            pass  # already reported by whatever failed first
 
     # ------------------------------------------------------------------ exactly-once
 
@@ -440,6 +512,20 @@ class KafkaSink:
         self._in_kafka_txn = True
         self._txn_started = time.monotonic()
         self._marks_in_batch = 0
+
+    @property
+    def _transaction_timeout_s(self) -> float:
+        return float(self._settings["transaction.timeout.ms"]) / 1000
+
+    def _abort_after_failed_commit(self) -> None:
+        """Abort what could not be committed; a fenced producer says so here."""
+        self._in_kafka_txn = False
+        try:
+            self.producer.abort_transaction(5.0)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() in _FENCED or err.fatal():
+                raise _fenced_or(err, "cannot abort a Kafka transaction") from None
 
     async def _commit_batch(self) -> None:
         """Commit the open Kafka transaction with a position record for its last mark."""
@@ -456,35 +542,50 @@ class KafkaSink:
             "position": position.to_json(),
             "ts_ms": int(time.time() * 1000),
         }
-        if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None):
+        unit = self.tracker.current
+        unit.outstanding += 1
+        if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None, unit):
             await asyncio.to_thread(self.producer.flush, 1.0)
-            if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None):
+            if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None, unit):
                 raise SinkUnavailableError("Kafka producer queue stays full", topic=topic)
+        # Retried until the transaction timeout: past it the broker aborts it anyway.
+        deadline = time.monotonic() + self._transaction_timeout_s
+        self._committing = True
+        try:
+            await self._commit_until(deadline, position)
+        finally:
+            self._committing = False
+        self._in_kafka_txn = False
+        self._committed_seq = seq
+        self.tracker.acked()  # every unit up to this mark is delivered now
+        log.debug("kafka_batch_committed", position=str(position), seq=seq)
+
+    async def _commit_until(self, deadline: float, position: Position) -> None:
         while True:
             try:
                 await asyncio.to_thread(self.producer.commit_transaction, 5.0)
                 break
             except KafkaException as exc:
                 err = exc.args[0]
-                if err.retriable():
+                if err.retriable() and time.monotonic() < deadline:
                     log.warning("kafka_commit_retry", error=err.str(), position=str(position))
                     continue
+                if err.retriable():
+                    self._abort_after_failed_commit()
+                    raise SinkUnavailableError(
+                        f"a Kafka transaction could not be committed within "
+                        f"{self._transaction_timeout_s:g} s ({err.str()}); a restart resumes "
+                        "from the last committed position",
+                        position=str(position),
+                    ) from None
                 if err.txn_requires_abort():
-                    try:
-                        self.producer.abort_transaction(10.0)
-                    except KafkaException:
-                        pass
-                    self._in_kafka_txn = False
+                    self._abort_after_failed_commit()
                     raise SinkUnavailableError(
                         f"a Kafka transaction was aborted ({err.str()}); a restart resumes "
                         "from the last committed position",
                         position=str(position),
                     ) from None
                 raise _fenced_or(err, "cannot commit a Kafka transaction") from None
-        self._in_kafka_txn = False
-        self._committed_seq = seq
-        self.tracker.acked()  # every unit up to this mark is delivered now
-        log.debug("kafka_batch_committed", position=str(position), seq=seq)
 
     # ------------------------------------------------------------------ topics
 
@@ -545,6 +646,21 @@ class KafkaSink:
                 ) from None
             log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
             await asyncio.sleep(1.0)
+
+
+def _delivery_failure(err: KafkaError, msg: Any) -> SinkError:
+    """A failed delivery report: which message, from where in the binlog, and why."""
+    headers = {name: bytes(value or b"").decode() for name, value in msg.headers() or ()}
+    source = ":".join(headers.get(f"replicad.{n}", "?") for n in ("file", "pos", "row"))
+    key = msg.key()
+    return _fenced_or(
+        err,
+        "Kafka did not accept a message",
+        topic=msg.topic(),
+        key=None if key is None else key[:200].decode("utf-8", "replace"),
+        source=source if headers else None,
+        gtid=headers.get("replicad.gtid"),
+    )
 
 
 def _fenced_or(err: KafkaError, reason: str, **context: object) -> SinkError:

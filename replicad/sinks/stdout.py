@@ -71,7 +71,7 @@ class JsonLinesSink:
     async def maintain(self) -> None:
         return None
 
-    async def drain(self, timeout_s: float) -> None:
+    async def drain(self, timeout_s: float, failed: bool = False) -> None:
         self.acked()
 
     def close(self) -> None:
