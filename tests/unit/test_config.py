@@ -94,3 +94,25 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
         load_config(_write(tmp_path, "source: [\n"), {})
     with pytest.raises(ConfigError, match="mapping"):
         load_config(_write(tmp_path, "- 1\n"), {})
+
+
+def test_example_kafka_block_parses_and_names_every_option(tmp_path: Path) -> None:
+    """The commented-out Kafka block of the example, uncommented, is a valid config whose
+    values are the defaults, and it mentions every Kafka option."""
+    from replicad.config import KafkaSinkConfig
+
+    lines = EXAMPLE.read_text().splitlines()
+    start = lines.index("  # kafka:                              # example: publish to Kafka "
+                        "(then stdout is off unless set)")  # fmt: skip
+    block = ["sinks:"]
+    for line in lines[start:]:
+        if not line.startswith("  #"):
+            break
+        block.append("  " + line[len("  # ") :])
+    config = load_config(_write(tmp_path, "\n".join(block) + "\n"), {})
+    kafka = config.sinks.kafka
+    assert kafka is not None and kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert kafka == KafkaSinkConfig(bootstrap_servers="127.0.0.1:9092")
+    text = "\n".join(block)
+    for option in KafkaSinkConfig.model_fields:
+        assert f"{option}:" in text, option
