@@ -1,4 +1,5 @@
-"""`replicad check`: a preflight of the primary, in plain words.
+"""`replicad check`: a preflight of the primary (and of Kafka, when configured), in plain
+words.
 
 Each finding is OK, WARN (replication works, but something is degraded) or FAIL (replication
 would stop or lose data). The command exits non-zero when anything FAILs.
@@ -6,12 +7,14 @@ would stop or lose data). The command exits non-zero when anything FAILs.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from replicad.config import Config
 from replicad.coordination.local import LocalPositionStore
 from replicad.errors import ReplicadError
 from replicad.protocol.transport import AsyncConnection
+from replicad.sinks.kafka import probe_kafka
 from replicad.source.stream import ServerInfo, open_connection, server_info
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -71,6 +74,11 @@ async def run_check(config: Config, password: str) -> list[Finding]:
         add(Finding(FAIL, "query", f"a preflight query failed: {exc}"))
     finally:
         await conn.close()
+    if config.sinks.kafka is not None:
+        try:
+            add(Finding(OK, "kafka", await asyncio.to_thread(probe_kafka, config.sinks.kafka)))
+        except ReplicadError as exc:
+            add(Finding(FAIL, "kafka", str(exc)))
     return findings
 
 

@@ -105,12 +105,7 @@ class KafkaSink:
     # ------------------------------------------------------------------ settings
 
     def _shared_settings(self) -> dict[str, Any]:
-        """Security and connection settings the admin and consumer clients need as well."""
-        return {
-            k: v
-            for k, v in self.config.producer.items()
-            if k.startswith(("security.", "sasl.", "ssl.", "socket.", "client.dns"))
-        }
+        return shared_settings(self.config)
 
     def _producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {
@@ -646,6 +641,28 @@ class KafkaSink:
                 ) from None
             log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
             await asyncio.sleep(1.0)
+
+
+def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
+    """Security and connection settings the admin and consumer clients need as well."""
+    prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns")
+    return {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
+
+
+def probe_kafka(config: KafkaSinkConfig, timeout_s: float = 5.0) -> str:
+    """For `replicad check`: can the cluster be reached with these settings?"""
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)})
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise SinkError(
+            f"cannot reach Kafka: {exc.args[0].str()}", bootstrap_servers=config.bootstrap_servers
+        ) from None
+    mode = "exactly-once" if config.exactly_once else "at-least-once"
+    return (
+        f"Kafka at {config.bootstrap_servers}: {len(meta.brokers)} broker(s), "
+        f"{len(meta.topics)} topic(s); {mode}"
+    )
 
 
 def _delivery_failure(err: KafkaError, msg: Any) -> SinkError:

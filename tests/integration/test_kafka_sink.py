@@ -522,8 +522,15 @@ def test_exactly_once_second_producer_fences_the_first(shop, kafka, tmp_path) ->
     prefix = f"k{uuid.uuid4().hex[:8]}"
     pipeline = f"eos{uuid.uuid4().hex[:6]}"
     eos = "exactly_once: true\nproducer: {transaction.timeout.ms: 8000}"
-    first = KafkaReplicad(tmp_path / "a", server_id=7104, prefix=prefix, kafka=kafka,
-                          kafka_yaml=eos, pipeline=pipeline, log_level="debug")  # fmt: skip
+    first = KafkaReplicad(
+        tmp_path / "a",
+        server_id=7104,
+        prefix=prefix,
+        kafka=kafka,
+        kafka_yaml=eos,
+        pipeline=pipeline,
+        log_level="debug",
+    )
     first.start()
     writer = BackgroundWriter(db, seed=7, pause_s=0.02)
     writer.start()
@@ -533,8 +540,14 @@ def test_exactly_once_second_producer_fences_the_first(shop, kafka, tmp_path) ->
         writer.stop()
     wait_caught_up(first)
     handed_over = first.position()
-    second = KafkaReplicad(tmp_path / "b", server_id=7105, prefix=prefix, kafka=kafka,
-                           kafka_yaml=eos, pipeline=pipeline)  # fmt: skip
+    second = KafkaReplicad(
+        tmp_path / "b",
+        server_id=7105,
+        prefix=prefix,
+        kafka=kafka,
+        kafka_yaml=eos,
+        pipeline=pipeline,
+    )
     second.start()
     loaded = [e for e in second.log_events() if e.get("event") == "kafka_position_loaded"]
     assert loaded and loaded[0]["position"].endswith(f"gtid={handed_over['mariadb_gtid']}")
@@ -610,3 +623,26 @@ def test_oversized_message_stops_at_its_position_or_is_routed(shop, kafka, tmp_p
         if r.value is not None
     ]
     assert ids == [1, 2]
+
+
+def test_check_reports_kafka(kafka, mariadb, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    def check(bootstrap: str) -> subprocess.CompletedProcess[str]:
+        config = tmp_path / "c.yaml"
+        config.write_text(
+            f"source: {{port: {MARIADB_PORT}, password: repl, server_id: 7107}}\n"
+            f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}'}}}}\n"
+        )
+        return subprocess.run(
+            [sys.executable, "-m", "replicad.cli", "check", "-c", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    good = check(kafka)
+    assert good.returncode == 0 and "OK    kafka" in good.stdout, good.stdout
+    bad = check("127.0.0.1:1")  # nothing listens there
+    assert bad.returncode == 1 and "FAIL  kafka" in bad.stdout and "127.0.0.1:1" in bad.stdout
