@@ -600,7 +600,7 @@ def test_oversized_message_stops_at_its_position_or_is_routed(shop, kafka, tmp_p
     assert replicad.proc.wait(timeout=30) == 78
     fatal = [e for e in replicad.log_events() if e.get("event") == "fatal"][-1]
     assert "max_message_bytes" in fatal["error"] and f"{prefix}.{db}.accounts" in fatal["error"]
-    assert '{"id":3}' in fatal["error"]
+    assert '{"id":3}' in fatal["error"] and "source=mariadb-bin." in fatal["error"]
     stopped_at = replicad.position()
     assert stopped_at is not None and before_big is not None
     assert stopped_at["mariadb_gtid"] != master_gtid(), "the position passed the big row"
