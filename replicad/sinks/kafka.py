@@ -40,7 +40,7 @@ from replicad.sinks.base import (
     SinkError,
     SinkUnavailableError,
 )
-from replicad.sinks.envelope import change_envelope, dumps
+from replicad.sinks.envelope import EnvelopeWriter, dumps
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.source.position import Position
 
@@ -86,6 +86,9 @@ class KafkaSink:
         self._ready_topics: set[str] = set()
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
+        self.writer = EnvelopeWriter(pipeline)
+        self._header_event: tuple[str | None, int | None, str | None] | None = None
+        self._header_parts: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]] = ([], [])
         self._paused_since: float | None = None  # reading paused by a full producer queue
         self._pause_logged = False
         # transaction metadata (the envelope's "transaction" block)
@@ -228,56 +231,44 @@ class KafkaSink:
         now_ms = int(time.time() * 1000)
         headers = self._headers(change) if self.config.headers else None
         transaction = self._transaction_block(change) if self.config.transaction_metadata else None
+        value = self.writer.value
         op = change.op
         if op == "c":
             key = routing.key(change, change.after)
-            self._send(
-                topic,
-                key,
-                change_envelope(change, op, None, after, self.pipeline, now_ms, transaction),
-                headers,
+            self._send_raw(
+                topic, _key_bytes(key), value(change, op, None, after, now_ms, transaction), headers
             )
             return
-        old_key = routing.key(change, change.before)
+        old_key = _key_bytes(routing.key(change, change.before))
         if op == "u":
-            new_key = routing.key(change, change.after)
+            new_key = _key_bytes(routing.key(change, change.after))
             if new_key == old_key or not change.primary_key:
-                value = change_envelope(
-                    change, op, before, after, self.pipeline, now_ms, transaction
+                self._send_raw(
+                    topic, new_key, value(change, op, before, after, now_ms, transaction), headers
                 )
-                self._send(topic, new_key, value, headers)
                 return
             # A primary-key change: the old key is deleted, the new one created (Debezium).
             self._delete(topic, old_key, change, before, now_ms, transaction, headers)
-            value = change_envelope(change, "c", None, after, self.pipeline, now_ms, transaction)
-            self._send(topic, new_key, value, headers)
+            self._send_raw(
+                topic, new_key, value(change, "c", None, after, now_ms, transaction), headers
+            )
             return
         self._delete(topic, old_key, change, before, now_ms, transaction, headers)
 
     def _delete(
         self,
         topic: str,
-        key: dict[str, Any] | None,
+        key: bytes | None,
         change: RowChange,
         before: dict[str, Any] | None,
         now_ms: int,
         transaction: dict[str, Any] | None,
         headers: list[tuple[str, bytes]] | None,
     ) -> None:
-        value = change_envelope(change, "d", before, None, self.pipeline, now_ms, transaction)
-        self._send(topic, key, value, headers)
+        value = self.writer.value(change, "d", before, None, now_ms, transaction)
+        self._send_raw(topic, key, value, headers)
         if self.config.tombstones and key is not None:
-            self._send_raw(topic, dumps(key), None, headers, change)
-
-    def _send(
-        self,
-        topic: str,
-        key: dict[str, Any] | None,
-        value: dict[str, Any],
-        headers: list[tuple[str, bytes]] | None,
-    ) -> None:
-        key_bytes = None if key is None else dumps(key)
-        self._send_raw(topic, key_bytes, dumps(value), headers, None)
+            self._send_raw(topic, key, None, headers)
 
     def _send_raw(
         self,
@@ -285,7 +276,6 @@ class KafkaSink:
         key: bytes | None,
         value: bytes | None,
         headers: list[tuple[str, bytes]] | None,
-        change: RowChange | None,
     ) -> None:
         if value is not None and len(value) > self.config.max_message_bytes:
             topic = self._oversized(topic, key, value, headers)
@@ -361,14 +351,19 @@ class KafkaSink:
         return True
 
     def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
-        headers = [
-            ("replicad.file", (change.file or "").encode()),
-            ("replicad.pos", str(change.pos).encode()),
-            ("replicad.row", str(change.row).encode()),
-        ]
-        if change.gtid is not None:
-            headers.append(("replicad.gtid", change.gtid.encode()))
-        return headers
+        # The rows of one ROWS event share file, pos and GTID: render those once.
+        event = (change.file, change.pos, change.gtid)
+        if event != self._header_event:
+            self._header_event = event
+            self._header_parts = (
+                [
+                    ("replicad.file", (change.file or "").encode()),
+                    ("replicad.pos", str(change.pos).encode()),
+                ],
+                [] if change.gtid is None else [("replicad.gtid", change.gtid.encode())],
+            )
+        first, last = self._header_parts
+        return [*first, ("replicad.row", b"%d" % change.row), *last]
 
     def _transaction_block(self, change: RowChange) -> dict[str, Any]:
         if self._txn_id is None:
@@ -641,6 +636,10 @@ class KafkaSink:
                 ) from None
             log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
             await asyncio.sleep(1.0)
+
+
+def _key_bytes(key: dict[str, Any] | None) -> bytes | None:
+    return None if key is None else dumps(key)
 
 
 def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
