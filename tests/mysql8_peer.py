@@ -840,8 +840,31 @@ class _PacketIO:
         await self.writer.drain()
 
     async def start_tls(self, context: ssl.SSLContext) -> None:
-        await self.writer.start_tls(context)
+        """StreamWriter.start_tls, except that the client's first TLS bytes may already sit
+        in the reader's buffer (a client sends SSLRequest and ClientHello back to back; a
+        busy peer reads both at once). asyncio would drop them and the handshake would hang,
+        so they are handed to the TLS protocol as if they had just arrived."""
+        early = bytes(self.reader._buffer)  # private, but this is a test double
+        self.reader._buffer.clear()
+        transport = self.writer.transport
+        upgrade = asyncio.ensure_future(self.writer.start_tls(context))
+        if early:
+            while not isinstance(transport.get_protocol(), asyncio.sslproto.SSLProtocol):
+                await asyncio.sleep(0)
+            # queued after the TLS protocol's connection_made, which start_tls scheduled
+            asyncio.get_running_loop().call_soon(_feed_tls, transport.get_protocol(), early)
+        await upgrade
         self.rec.tls = True
+
+
+def _feed_tls(protocol: Any, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        buffer = protocol.get_buffer(len(view))
+        n = min(len(buffer), len(view))
+        buffer[:n] = view[:n]
+        protocol.buffer_updated(n)
+        view = view[n:]
 
 
 # ------------------------------------------------------------------------------ the peer
