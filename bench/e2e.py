@@ -78,7 +78,6 @@ import sys
 import tempfile
 import time
 import traceback
-import types
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -364,7 +363,7 @@ def child_decode(spec: dict[str, Any]) -> dict[str, Any]:
         config = KafkaSinkConfig(bootstrap_servers=spec["bootstrap"], prefix=spec["prefix"])
         sink = KafkaSink(config, spec["prefix"], ChangeFilter(FiltersConfig()))
         sink.producer = null  # the real one is never polled, so it never calls back
-        sink._ready_topics = _EveryTopic()
+        sink.topics.ready = _EveryTopic()
         publish = sink.publish
     counts = dict.fromkeys(OPS, 0)
     other = 0
@@ -619,21 +618,12 @@ class MemoryBroker:
 
 
 def sink_producer_settings(bootstrap: str) -> dict[str, Any]:
-    """The librdkafka settings replicad's at-least-once Kafka sink uses (from KafkaSink
-    itself, so they cannot drift), minus its error callback."""
+    """The librdkafka settings replicad's at-least-once Kafka sink uses (from replicad itself,
+    so they cannot drift), without its error callback."""
     from replicad.config import KafkaSinkConfig
-    from replicad.sinks.kafka import KafkaSink
+    from replicad.sinks.kafka import producer_settings
 
-    # The method needs only these attributes; a real KafkaSink would open Kafka clients.
-    fake_sink = types.SimpleNamespace(
-        config=KafkaSinkConfig(bootstrap_servers=bootstrap),
-        pipeline="e2e-bench",
-        exactly_once=False,
-        transactional_id="",
-        _on_error=None,
-    )
-    settings: dict[str, Any] = KafkaSink._producer_settings(fake_sink)  # type: ignore[arg-type]
-    settings.pop("error_cb", None)
+    settings = producer_settings(KafkaSinkConfig(bootstrap_servers=bootstrap), "e2e-bench")
     settings["client.id"] = "replicad-e2e-bench"
     return settings
 

@@ -14,7 +14,7 @@ from replicad.config import Config
 from replicad.coordination.local import LocalPositionStore
 from replicad.errors import ReplicadError
 from replicad.protocol.transport import AsyncConnection
-from replicad.sinks.kafka import probe_kafka
+from replicad.sinks.kafka_admin import probe_kafka
 from replicad.source.stream import ServerInfo, open_connection, server_info
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"

@@ -21,14 +21,10 @@ from typing import Any
 import orjson
 import structlog
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
-    TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicad.binlog.changes import RowChange
 from replicad.config import KafkaSinkConfig
@@ -41,6 +37,7 @@ from replicad.sinks.base import (
     SinkUnavailableError,
 )
 from replicad.sinks.envelope import EnvelopeWriter, dumps
+from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, Topics, read_position
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.source.position import Position
 
@@ -48,7 +45,6 @@ log = structlog.get_logger("replicad.sinks.kafka")
 
 POLL_EVERY = 1000  # serve delivery reports every this many messages
 QUEUE_KBYTES = 256 * 1024  # librdkafka's queue bound (it defaults to 1 GiB)
-ADMIN_TIMEOUT_S = 10.0
 _FENCED = {
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
@@ -68,11 +64,11 @@ class KafkaSink:
         self.routing = KafkaRouting(config, pipeline)
         self.filter = change_filter
         self.exactly_once = config.exactly_once
-        self.transactional_id = str(config.producer.get("transactional.id", f"replicad-{pipeline}"))
+        self.transactional_id = transactional_id(config, pipeline)
         self.tracker = DeliveryTracker(_delivery_failure)
         self._fatal: SinkError | None = None
         self._last_error_log = 0.0
-        self._settings = self._producer_settings()
+        self._settings = producer_settings(config, pipeline, self._on_error)
         try:
             self.producer = Producer(self._settings)
         except KafkaException as exc:
@@ -80,10 +76,7 @@ class KafkaSink:
                 f"librdkafka refused the producer settings: {exc.args[0].str()}",
                 key="sinks.kafka.producer",
             ) from None
-        self.admin = AdminClient(
-            {"bootstrap.servers": config.bootstrap_servers, **self._shared_settings()}
-        )
-        self._ready_topics: set[str] = set()
+        self.topics = Topics(config)
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
         self.writer = EnvelopeWriter(pipeline)
@@ -106,39 +99,6 @@ class KafkaSink:
         self._committing = False
 
     # ------------------------------------------------------------------ settings
-
-    def _shared_settings(self) -> dict[str, Any]:
-        return shared_settings(self.config)
-
-    def _producer_settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = {
-            "bootstrap.servers": self.config.bootstrap_servers,
-            "client.id": f"replicad-{self.pipeline}",
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "queue.buffering.max.messages": self.config.max_in_flight,
-            "queue.buffering.max.kbytes": QUEUE_KBYTES,
-            "message.max.bytes": max(
-                self.config.max_message_bytes,
-                self.config.oversized_max_bytes if self.config.oversized == "route" else 0,
-            )
-            + 64 * 1024,  # room for key, headers and framing: our own check is on the value
-            "error_cb": self._on_error,
-        }
-        if self.exactly_once:
-            settings["transactional.id"] = self.transactional_id
-            settings["transaction.timeout.ms"] = 60_000
-            settings["message.timeout.ms"] = 60_000  # must not exceed the transaction timeout
-        else:
-            settings["message.timeout.ms"] = 0  # never give up: an outage pauses, not drops
-        for key, value in self.config.producer.items():
-            if key in _WEAKENING and value in _WEAKENING[key]:
-                log.warning("kafka_setting_weakens_delivery", setting=key, value=value)
-            settings[key] = value
-        if self.exactly_once and "message.timeout.ms" not in self.config.producer:
-            settings["message.timeout.ms"] = settings["transaction.timeout.ms"]
-        return settings
 
     def _poll(self) -> None:
         """Serve delivery reports and client errors; a fatal producer state (fenced) is
@@ -166,7 +126,7 @@ class KafkaSink:
         in Kafka. At-least-once: nothing to do (returns None)."""
         if not self.exactly_once:
             return None
-        await self._ensure_topic(self.routing.positions_topic, compacted=True)
+        await self.topics.ensure(self.routing.positions_topic, compacted=True)
         while True:
             try:
                 await asyncio.to_thread(self.producer.init_transactions, ADMIN_TIMEOUT_S)
@@ -179,48 +139,9 @@ class KafkaSink:
                     continue
                 raise _fenced_or(err, "cannot initialise Kafka transactions") from None
         log.info("kafka_transactions_ready", transactional_id=self.transactional_id)
-        return await asyncio.to_thread(self._read_stored_position)
-
-    def _read_stored_position(self) -> Position | None:
-        """The last committed position record of this pipeline (read_committed). Stops at
-        the end of each partition, or after 2 s without a record."""
-        topic = self.routing.positions_topic
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.config.bootstrap_servers,
-                "group.id": f"replicad-{self.pipeline}-positions",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                **self._shared_settings(),
-            }
+        return await asyncio.to_thread(
+            read_position, self.config, self.routing.positions_topic, self.pipeline
         )
-        try:
-            meta = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
-            partitions = list(meta.topics[topic].partitions)
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-            open_partitions = set(partitions)
-            found: dict[str, Any] | None = None
-            idle_since = time.monotonic()
-            while open_partitions and time.monotonic() - idle_since < 2.0:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        open_partitions.discard(msg.partition())
-                    continue
-                idle_since = time.monotonic()
-                if msg.key() == self.pipeline.encode() and msg.value():
-                    found = orjson.loads(msg.value())
-        finally:
-            consumer.close()
-        if found is None:
-            log.info("kafka_position_absent", topic=topic)
-            return None
-        position = Position.from_json(found["position"])
-        log.info("kafka_position_loaded", topic=topic, position=str(position))
-        return position
 
     # ------------------------------------------------------------------ publishing
 
@@ -283,7 +204,7 @@ class KafkaSink:
         # Counted at once, queued or not: a mark placed now must wait for this message.
         unit = self.tracker.current
         unit.outstanding += 1
-        if self._pending or topic not in self._ready_topics:
+        if self._pending or topic not in self.topics.ready:
             self._pending.append((topic, key, value, headers, unit))
             return
         if not self._produce(topic, key, value, headers, unit):
@@ -409,8 +330,8 @@ class KafkaSink:
             if self._fatal is not None:
                 raise self._fatal
             topic, key, value, headers, unit = self._pending[0]
-            if topic not in self._ready_topics:
-                await self._ensure_topic(topic)
+            if topic not in self.topics.ready:
+                await self.topics.ensure(topic)
                 continue
             if self._produce(topic, key, value, headers, unit):
                 self._pending.popleft()
@@ -525,8 +446,8 @@ class KafkaSink:
         if self._since_mark:
             raise AssertionError("a Kafka transaction may only end at a mark")
         topic = self.routing.positions_topic
-        if topic not in self._ready_topics:
-            await self._ensure_topic(topic, compacted=True)
+        if topic not in self.topics.ready:
+            await self.topics.ensure(topic, compacted=True)
         record = {
             "pipeline": self.pipeline,
             "position": position.to_json(),
@@ -577,91 +498,48 @@ class KafkaSink:
                     ) from None
                 raise _fenced_or(err, "cannot commit a Kafka transaction") from None
 
-    # ------------------------------------------------------------------ topics
 
-    async def _ensure_topic(self, topic: str, compacted: bool = False) -> None:
-        """Make sure a topic exists: look it up, create it when allowed (idempotent), retry
-        while Kafka is unreachable."""
-        delay = 0.5
-        while topic not in self._ready_topics:
-            try:
-                meta = await asyncio.to_thread(
-                    self.admin.list_topics, topic=None, timeout=ADMIN_TIMEOUT_S
-                )
-            except KafkaException as exc:
-                log.warning("kafka_metadata_retry", topic=topic, error=exc.args[0].str())
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                continue
-            existing = meta.topics.get(topic)
-            if existing is not None and existing.error is None:
-                self._ready_topics.add(topic)
-                break
-            if not self.config.topics.create:
-                raise SinkError(
-                    "topic does not exist and sinks.kafka.topics.create is false", topic=topic
-                )
-            await self._create_topic(topic, compacted)
+def transactional_id(config: KafkaSinkConfig, pipeline: str) -> str:
+    return str(config.producer.get("transactional.id", f"replicad-{pipeline}"))
 
-    async def _create_topic(self, topic: str, compacted: bool) -> None:
-        conf = dict(self.config.topics.config)
-        if compacted:
-            conf["cleanup.policy"] = "compact"
-        spec = self.config.topics
-        new = NewTopic(
-            topic,
-            num_partitions=1 if compacted else spec.partitions,
-            replication_factor=spec.replication_factor,
-            config=conf,
+
+def producer_settings(
+    config: KafkaSinkConfig, pipeline: str, error_cb: Any = None
+) -> dict[str, Any]:
+    """librdkafka settings: our delivery defaults, then `sinks.kafka.producer` on top."""
+    settings: dict[str, Any] = {
+        "bootstrap.servers": config.bootstrap_servers,
+        "client.id": f"replicad-{pipeline}",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "queue.buffering.max.messages": config.max_in_flight,
+        "queue.buffering.max.kbytes": QUEUE_KBYTES,
+        "message.max.bytes": max(
+            config.max_message_bytes,
+            config.oversized_max_bytes if config.oversized == "route" else 0,
         )
-        futures = self.admin.create_topics([new], request_timeout=ADMIN_TIMEOUT_S)
-        try:
-            await asyncio.wrap_future(futures[topic])
-            log.info("kafka_topic_created", topic=topic, partitions=new.num_partitions)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return
-            if err.code() in (
-                KafkaError.INVALID_CONFIG,
-                KafkaError.INVALID_REPLICATION_FACTOR,
-                KafkaError.POLICY_VIOLATION,
-                KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                KafkaError.TOPIC_EXCEPTION,
-            ):
-                raise ConfigError(
-                    f"Kafka refused to create a topic: {err.str()}",
-                    topic=topic,
-                    key="sinks.kafka.topics",
-                ) from None
-            log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
-            await asyncio.sleep(1.0)
+        + 64 * 1024,  # room for key, headers and framing: our own check is on the value
+    }
+    if error_cb is not None:
+        settings["error_cb"] = error_cb
+    if config.exactly_once:
+        settings["transactional.id"] = transactional_id(config, pipeline)
+        settings["transaction.timeout.ms"] = 60_000
+    else:
+        settings["message.timeout.ms"] = 0  # never give up: an outage pauses, not drops
+    for key, value in config.producer.items():
+        if key in _WEAKENING and value in _WEAKENING[key]:
+            log.warning("kafka_setting_weakens_delivery", setting=key, value=value)
+        settings[key] = value
+    if config.exactly_once and "message.timeout.ms" not in config.producer:
+        # librdkafka refuses a message timeout longer than the transaction timeout
+        settings["message.timeout.ms"] = settings["transaction.timeout.ms"]
+    return settings
 
 
 def _key_bytes(key: dict[str, Any] | None) -> bytes | None:
     return None if key is None else dumps(key)
-
-
-def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
-    """Security and connection settings the admin and consumer clients need as well."""
-    prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns")
-    return {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
-
-
-def probe_kafka(config: KafkaSinkConfig, timeout_s: float = 5.0) -> str:
-    """For `replicad check`: can the cluster be reached with these settings?"""
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)})
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise SinkError(
-            f"cannot reach Kafka: {exc.args[0].str()}", bootstrap_servers=config.bootstrap_servers
-        ) from None
-    mode = "exactly-once" if config.exactly_once else "at-least-once"
-    return (
-        f"Kafka at {config.bootstrap_servers}: {len(meta.brokers)} broker(s), "
-        f"{len(meta.topics)} topic(s); {mode}"
-    )
 
 
 def _delivery_failure(err: KafkaError, msg: Any) -> SinkError:

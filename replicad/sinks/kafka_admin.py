@@ -1,0 +1,154 @@
+"""Kafka administration for the sink: topics that exist or are created on demand, the
+exactly-once position record read back at start, and the reachability probe of
+`replicad check`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from replicad.config import KafkaSinkConfig
+from replicad.errors import ConfigError
+from replicad.sinks.base import SinkError
+from replicad.source.position import Position
+
+log = structlog.get_logger("replicad.sinks.kafka")
+
+ADMIN_TIMEOUT_S = 10.0
+# Topic creation errors a retry cannot fix.
+_REFUSED = {
+    KafkaError.INVALID_CONFIG,
+    KafkaError.INVALID_REPLICATION_FACTOR,
+    KafkaError.POLICY_VIOLATION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_EXCEPTION,
+}
+
+
+def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
+    """Security and connection settings the admin and consumer clients need as well."""
+    prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns")
+    return {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
+
+
+class Topics:
+    """The topics known to exist; `ensure` looks a topic up and creates it when allowed."""
+
+    def __init__(self, config: KafkaSinkConfig) -> None:
+        self.config = config
+        self.ready: set[str] = set()
+        self.admin = AdminClient(
+            {"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)}
+        )
+
+    async def ensure(self, topic: str, compacted: bool = False) -> None:
+        """Idempotent; retried with backoff while Kafka is unreachable."""
+        delay = 0.5
+        while topic not in self.ready:
+            try:
+                meta = await asyncio.to_thread(self.admin.list_topics, timeout=ADMIN_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning("kafka_metadata_retry", topic=topic, error=exc.args[0].str())
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            existing = meta.topics.get(topic)
+            if existing is not None and existing.error is None:
+                self.ready.add(topic)
+                break
+            if not self.config.topics.create:
+                raise SinkError(
+                    "topic does not exist and sinks.kafka.topics.create is false", topic=topic
+                )
+            await self._create(topic, compacted)
+
+    async def _create(self, topic: str, compacted: bool) -> None:
+        spec = self.config.topics
+        conf = dict(spec.config)
+        if compacted:
+            conf["cleanup.policy"] = "compact"
+        new = NewTopic(
+            topic,
+            num_partitions=1 if compacted else spec.partitions,
+            replication_factor=spec.replication_factor,
+            config=conf,
+        )
+        futures = self.admin.create_topics([new], request_timeout=ADMIN_TIMEOUT_S)
+        try:
+            await asyncio.wrap_future(futures[topic])
+            log.info("kafka_topic_created", topic=topic, partitions=new.num_partitions)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if err.code() in _REFUSED:
+                raise ConfigError(
+                    f"Kafka refused to create a topic: {err.str()}",
+                    topic=topic,
+                    key="sinks.kafka.topics",
+                ) from None
+            log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
+            await asyncio.sleep(1.0)
+
+
+def read_position(config: KafkaSinkConfig, topic: str, pipeline: str) -> Position | None:
+    """The last committed position record of `pipeline` in the positions topic
+    (read_committed). Stops at the end of each partition, or after 2 s without a record."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.bootstrap_servers,
+            "group.id": f"replicad-{pipeline}-positions",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            **shared_settings(config),
+        }
+    )
+    found: dict[str, Any] | None = None
+    try:
+        meta = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+        partitions = list(meta.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        open_partitions = set(partitions)
+        idle_since = time.monotonic()
+        while open_partitions and time.monotonic() - idle_since < 2.0:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    open_partitions.discard(msg.partition())
+                continue
+            idle_since = time.monotonic()
+            if msg.key() == pipeline.encode() and msg.value():
+                found = orjson.loads(msg.value())
+    finally:
+        consumer.close()
+    if found is None:
+        log.info("kafka_position_absent", topic=topic)
+        return None
+    position = Position.from_json(found["position"])
+    log.info("kafka_position_loaded", topic=topic, position=str(position))
+    return position
+
+
+def probe_kafka(config: KafkaSinkConfig, timeout_s: float = 5.0) -> str:
+    """For `replicad check`: can the cluster be reached with these settings?"""
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)})
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise SinkError(
+            f"cannot reach Kafka: {exc.args[0].str()}", bootstrap_servers=config.bootstrap_servers
+        ) from None
+    mode = "exactly-once" if config.exactly_once else "at-least-once"
+    return (
+        f"Kafka at {config.bootstrap_servers}: {len(meta.brokers)} broker(s), "
+        f"{len(meta.topics)} topic(s); {mode}"
+    )
