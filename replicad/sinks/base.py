@@ -66,8 +66,10 @@ class DeliveryTracker:
 
     __slots__ = ("_acked", "_open", "_units", "failure", "failure_of")
 
-    def __init__(self, failure_of: Callable[[Any, Any], SinkError] | None = None) -> None:
-        """`failure_of(err, msg)`: the error to raise for a failed delivery report."""
+    def __init__(
+        self, failure_of: Callable[[Any, Any, DeliveryUnit], SinkError] | None = None
+    ) -> None:
+        """`failure_of(err, msg, unit)`: the error to raise for a failed delivery report."""
         self.failure_of = failure_of or _delivery_failure
         self._units: deque[DeliveryUnit] = deque()
         self._open = DeliveryUnit(self)
@@ -80,10 +82,12 @@ class DeliveryTracker:
         callback, then count the message with `unit.outstanding += 1` once it is queued."""
         return self._open
 
-    def close(self, seq: int) -> None:
+    def close(self, seq: int, position: Position | None = None) -> None:
+        """End the open unit at mark `seq`; the next unit's messages follow `position`."""
         self._open.seq = seq
         self._units.append(self._open)
         self._open = DeliveryUnit(self)
+        self._open.after = position
 
     def acked(self) -> int:
         if self.failure is not None:
@@ -104,19 +108,26 @@ class DeliveryTracker:
 
 
 class DeliveryUnit:
-    __slots__ = ("outstanding", "seq", "tracker")
+    __slots__ = ("after", "outstanding", "seq", "tracker")
 
     def __init__(self, tracker: DeliveryTracker) -> None:
         self.tracker = tracker
         self.outstanding = 0
         self.seq = 0
+        # The position the unit's messages follow (the previous mark): where a restart resumes.
+        # Delivery reports carry no headers, so this is how a failure names its binlog place.
+        self.after: Position | None = None
 
     def delivered(self, err: Any, msg: Any) -> None:
         """librdkafka's delivery report (called from `poll()`/`flush()` on our thread)."""
         self.outstanding -= 1
         if err is not None and self.tracker.failure is None:
-            self.tracker.failure = self.tracker.failure_of(err, msg)
+            self.tracker.failure = self.tracker.failure_of(err, msg, self)
 
 
-def _delivery_failure(err: Any, msg: Any) -> SinkError:
-    return SinkError(f"a message was not delivered: {err}", topic=msg.topic())
+def _delivery_failure(err: Any, msg: Any, unit: DeliveryUnit) -> SinkError:
+    return SinkError(
+        f"a message was not delivered: {err}",
+        topic=msg.topic(),
+        after=None if unit.after is None else str(unit.after),
+    )

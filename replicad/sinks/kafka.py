@@ -300,7 +300,7 @@ class KafkaSink:
     def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
         if self._fatal is not None:
             raise self._fatal
-        self.tracker.close(seq)
+        self.tracker.close(seq, position)
         self._since_mark = 0
         if transaction_end:
             self._txn_id, self._txn_total = None, 0
@@ -542,18 +542,16 @@ def _key_bytes(key: dict[str, Any] | None) -> bytes | None:
     return None if key is None else dumps(key)
 
 
-def _delivery_failure(err: KafkaError, msg: Any) -> SinkError:
-    """A failed delivery report: which message, from where in the binlog, and why."""
-    headers = {name: bytes(value or b"").decode() for name, value in msg.headers() or ()}
-    source = ":".join(headers.get(f"replicad.{n}", "?") for n in ("file", "pos", "row"))
+def _delivery_failure(err: KafkaError, msg: Any, unit: DeliveryUnit) -> SinkError:
+    """A failed delivery report: which message, after which binlog position, and why.
+    (librdkafka's reports carry no headers: the unit knows the position instead.)"""
     key = msg.key()
     return _fenced_or(
         err,
         "Kafka did not accept a message",
         topic=msg.topic(),
         key=None if key is None else key[:200].decode("utf-8", "replace"),
-        source=source if headers else None,
-        gtid=headers.get("replicad.gtid"),
+        after_position=None if unit.after is None else str(unit.after),
     )
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from replicad.binlog.changes import RowChange
 from replicad.config import FiltersConfig, KafkaSinkConfig, load_config
 from replicad.errors import ConfigError
 from replicad.sinks.base import DeliveryTracker, SinkError
+from replicad.sinks.kafka import _delivery_failure as kafka_delivery_failure
 from replicad.sinks.routing import ChangeFilter, KafkaRouting, sanitize_topic
+from replicad.source.position import Position
 
 pytestmark = pytest.mark.unit
 
@@ -93,8 +96,8 @@ class _Msg:
     def key(self) -> bytes:
         return b'{"id":1}'
 
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [("replicad.file", b"bin.000001"), ("replicad.pos", b"4"), ("replicad.row", b"0")]
+    def headers(self) -> None:
+        return None  # librdkafka's delivery reports carry no headers
 
 
 def test_tracker_reports_marks_in_order_once_all_their_messages_are_delivered() -> None:
@@ -120,18 +123,30 @@ def test_tracker_reports_marks_in_order_once_all_their_messages_are_delivered() 
 
 
 def test_tracker_failure_is_raised_and_names_the_message() -> None:
-    tracker = DeliveryTracker()
+    """The failure names topic, key and the binlog position the failed message follows (the
+    mark before its unit), although the delivery report itself carries no headers."""
+    tracker = DeliveryTracker(kafka_delivery_failure)
+    tracker.close(1, Position("bin.000001", 1234))
     unit = tracker.current
     unit.outstanding += 1
-    tracker.close(1)
+    tracker.close(2, Position("bin.000001", 5678))
 
     class _Err:
-        def __str__(self) -> str:
+        def code(self) -> int:
+            return KafkaError.MSG_SIZE_TOO_LARGE
+
+        def retriable(self) -> bool:
+            return False
+
+        def str(self) -> str:
             return "MSG_SIZE_TOO_LARGE"
 
     unit.delivered(_Err(), _Msg())
-    with pytest.raises(SinkError, match="MSG_SIZE_TOO_LARGE"):
+    with pytest.raises(SinkError, match="MSG_SIZE_TOO_LARGE") as raised:
         tracker.acked()
+    assert raised.value.context["topic"] == "t"
+    assert raised.value.context["key"] == '{"id":1}'
+    assert raised.value.context["after_position"] == "bin.000001:1234"
 
 
 def test_kafka_config_errors_name_the_key() -> None:
