@@ -19,7 +19,7 @@ from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
 from replicad.binlog.rows import RowsEvent, TableMapEvent
 from replicad.config import Config, load_config
-from replicad.coordination.local import PositionStoreError
+from replicad.coordination.local import PositionFileLock, PositionStoreError
 from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
@@ -143,7 +143,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run_until_stopped(config, password, stop)
+        lock = PositionFileLock(config.coordination.local.path)
+        lock.acquire()  # one daemon per position file; `replicad position` checks it too
+        try:
+            await run_until_stopped(config, password, stop)
+        finally:
+            lock.release()
 
     try:
         asyncio.run(main_loop())

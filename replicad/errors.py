@@ -106,3 +106,20 @@ class TlsError(ReplicadError):
 
 class ConnectionLostError(ReplicadError):
     """The server closed the connection, or it broke, while a reply was still expected."""
+
+
+class CoordinationError(ReplicadError):
+    """The coordination service (ZooKeeper) refused or failed an operation."""
+
+
+class CoordinationUnavailableError(CoordinationError):
+    """ZooKeeper cannot be reached now; nothing was written. Transient."""
+
+
+class LeadershipLostError(CoordinationError):
+    """This worker is no longer the pipeline's leader: it must stop publishing at once and
+    write nothing more (another leader owns the position)."""
+
+
+class FencedError(LeadershipLostError):
+    """A write was refused because a newer leader bumped the epoch (the fencing token)."""

@@ -7,14 +7,21 @@ torn one. The JSON also carries the schema-history pointer and a format version.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from replicad.atomic_file import write_atomically
 from replicad.errors import ConfigError, ReplicadError
 from replicad.source.position import Position
+from replicad.source.schema import SchemaHistory
+
+log = structlog.get_logger("replicad.coordination.local")
 
 FORMAT_VERSION = 1
 
@@ -71,3 +78,132 @@ class LocalPositionStore:
             raise PositionStoreError(
                 f"cannot write the position file: {exc.strerror}", file=str(self.path)
             ) from None
+
+
+def status_path(position_path: str | os.PathLike[str]) -> Path:
+    """Beside the position file: position.json -> position.status.json."""
+    path = Path(position_path)
+    return path.with_name(f"{path.stem}.status.json")
+
+
+def lock_path(position_path: str | os.PathLike[str]) -> Path:
+    path = Path(position_path)
+    return path.with_name(f"{path.name}.lock")
+
+
+class DaemonRunningError(PositionStoreError):
+    """Another `replicad run` holds this position file."""
+
+
+class PositionFileLock:
+    """An exclusive lock (flock) beside the position file, held while a daemon runs: two
+    daemons on one position file would overwrite each other, and the CLI must not move a
+    position under a running daemon. The lock dies with the process (no stale lock)."""
+
+    def __init__(self, position_path: str | os.PathLike[str]) -> None:
+        self.path = lock_path(position_path)
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DaemonRunningError(
+                "another replicad process uses this position file",
+                file=str(self.path),
+                pid=holder_pid(self.path),
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def running_pid(position_path: str | os.PathLike[str]) -> int | None:
+    """The pid of the daemon holding the position file's lock; None when none runs."""
+    path = lock_path(position_path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return holder_pid(path) or -1
+    finally:
+        os.close(fd)  # also releases a lock taken just now
+    return None
+
+
+def holder_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+class LocalPipelineStore:
+    """The embedded default without ZooKeeper: position, schema history and status in files
+    next to each other."""
+
+    def __init__(
+        self,
+        position_path: str | os.PathLike[str],
+        history_path: str | os.PathLike[str],
+        pipeline: str,
+    ) -> None:
+        self.positions = LocalPositionStore(position_path, pipeline)
+        self.history_path = Path(history_path)
+        self.status_path = status_path(position_path)
+        self.pipeline = pipeline
+        self._last_error: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        return f"file {self.positions.path}"
+
+    def load_position(self) -> Position | None:
+        return self.positions.load()
+
+    def save_position(self, position: Position) -> None:
+        self.positions.save(position)
+
+    def load_history(self, position: Position) -> SchemaHistory | None:
+        return SchemaHistory.load(self.history_path, position)
+
+    def save_history(self, history: SchemaHistory, durable: Position | None) -> None:
+        history.save(self.history_path, durable=durable)
+
+    def publish_status(self, status: dict[str, Any]) -> None:
+        record = {"pipeline": self.pipeline, "pid": os.getpid(), **status}
+        if self._last_error is not None:
+            record["last_error"] = self._last_error
+        try:  # advisory: replaced atomically, not fsynced
+            temp = self.status_path.with_name(f".{self.status_path.name}.tmp")
+            temp.write_text(json.dumps(record, sort_keys=True) + "\n")
+            os.replace(temp, self.status_path)
+        except OSError as exc:
+            log.warning("status_write_failed", file=str(self.status_path), error=exc.strerror)
+
+    def record_error(self, error: str, kind: str) -> None:
+        self._last_error = {"error": error, "kind": kind, "ts_ms": int(time.time() * 1000)}
+        previous = read_status(self.status_path) or {}
+        previous.update({"last_error": self._last_error, "state": "failed"})
+        try:
+            self.status_path.write_text(json.dumps(previous, sort_keys=True) + "\n")
+        except OSError as exc:
+            log.warning("status_write_failed", file=str(self.status_path), error=exc.strerror)
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -11,11 +11,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Protocol
 
 import structlog
 
+from replicad.coordination.store import PipelineStore
 from replicad.sinks.base import Sink
 from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory
@@ -27,26 +26,18 @@ log = structlog.get_logger("replicad.checkpoint")
 MAX_PENDING_MARKS = 100_000
 
 
-class PositionStore(Protocol):
-    """What the checkpointer writes to (coordination.local today, ZooKeeper later)."""
-
-    def save(self, position: Position) -> None: ...
-
-
 class Checkpointer:
     def __init__(
         self,
         sinks: Sequence[Sink],
-        store: PositionStore,
+        store: PipelineStore,
         history: SchemaHistory,
-        history_path: Path,
         interval_s: float,
         stored: Position | None,
     ) -> None:
         self.sinks = sinks
         self.store = store
         self.history = history
-        self.history_path = history_path
         self.interval_s = interval_s
         self.stored = stored
         self._marks: deque[tuple[int, Position]] = deque()
@@ -88,7 +79,8 @@ class Checkpointer:
         # The history first: it may be ahead of the stored position, never behind it. Only
         # entries at or before the position stored so far may be folded into its base.
         if self.history.dirty:
-            self.history.save(self.history_path, durable=self.stored)
-        self.store.save(position)
+            self.store.save_history(self.history, self.stored)
+            self.history.dirty = False
+        self.store.save_position(position)
         self.stored = position
         return position

@@ -11,7 +11,9 @@ at most the unacknowledged window. A sink that cannot keep up makes `publish` wa
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -20,8 +22,15 @@ from replicad.binlog.events import QueryEvent
 from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.rows import TableMapEvent
 from replicad.config import Config, StartConfig
-from replicad.coordination.local import LocalPositionStore
-from replicad.errors import ConfigError, GtidError, ReplicadError, ServerError
+from replicad.coordination.local import LocalPipelineStore
+from replicad.coordination.store import Lease, PipelineStore
+from replicad.errors import (
+    ConfigError,
+    GtidError,
+    LeadershipLostError,
+    ReplicadError,
+    ServerError,
+)
 from replicad.protocol.commands import ResultSet
 from replicad.protocol.transport import AsyncConnection
 from replicad.service.checkpoint import Checkpointer
@@ -50,6 +59,7 @@ log = structlog.get_logger("replicad.daemon")
 SHUTDOWN_GRACE_S = 30.0  # finishing the transaction in flight after a stop request
 SHUTDOWN_DRAIN_S = 30.0  # waiting for sinks to acknowledge what was published
 FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
+STATUS_INTERVAL_S = 2.0  # how often the status for `replicad status` is refreshed
 
 
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
@@ -102,10 +112,22 @@ async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: i
 
 
 class Pipeline:
-    def __init__(self, config: Config, password: str) -> None:
+    def __init__(
+        self,
+        config: Config,
+        password: str,
+        store: PipelineStore | None = None,
+        lease: Lease | None = None,
+    ) -> None:
         self.config = config
         self.password = password
-        self.store = LocalPositionStore(config.coordination.local.path, config.pipeline)
+        self.store: PipelineStore = store or LocalPipelineStore(
+            config.coordination.local.path,
+            config.schema_.history_path or default_history_path(config.coordination.local.path),
+            config.pipeline,
+        )
+        # Without ZooKeeper nobody else may publish for this pipeline: no lease to check.
+        self.lease = lease
         self.filter = ChangeFilter(config.filters)
         self.sinks: list[Sink] = []
         self.kafka: KafkaSink | None = None
@@ -126,11 +148,12 @@ class Pipeline:
         self._gate = asyncio.Lock()
         self._tick_failure: Exception | None = None
         # Schema history (replicad.source.schema): column names for TABLE_MAPs without them.
-        self.history_path = config.schema_.history_path or default_history_path(
-            config.coordination.local.path
-        )
         self.history = SchemaHistory()
         self.checkpointer: Checkpointer | None = None
+        # Seconds_Behind_Master-style lag: read time - commit time of the last transaction.
+        self.lag_s = 0.0
+        self.last_commit_read: float | None = None  # wall clock
+        self._status_at = 0.0
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -144,7 +167,7 @@ class Pipeline:
         return None if self.checkpointer is None else self.checkpointer.stored
 
     async def resolve_start(self) -> Position:
-        stored = self.store.load()
+        stored = self.store.load_position()
         if self.kafka is not None:
             in_kafka = await self.kafka.start()
             if in_kafka is not None:  # exactly-once: Kafka's record is the truth
@@ -156,14 +179,14 @@ class Pipeline:
             # The persisted history, trimmed to the stored position; never a new snapshot
             # (that would be today's schema, not the one at the position) unless there is none.
             try:
-                history = SchemaHistory.load(self.history_path, stored)
+                history = self.store.load_history(stored)
             except SchemaHistoryAheadError as exc:
                 log.warning("schema_history_unusable", error=str(exc))
                 history = None
             if history is None:
                 log.warning(
                     "schema_history_missing",
-                    path=str(self.history_path),
+                    store=self.store.describe(),
                     note="a snapshot of today's schema stands for the stored position",
                 )
                 conn = await open_connection(self.config.source, self.password)
@@ -196,9 +219,8 @@ class Pipeline:
             self.sinks,
             self.store,
             self.history,
-            self.history_path,
             self.config.checkpoint.interval_s,
-            stored=self.store.load(),
+            stored=self.store.load_position(),
         )
         # Both tasks take the gate; whichever fails first ends the pipeline with its error.
         streaming = asyncio.create_task(self._stream(checkpointer))
@@ -224,6 +246,7 @@ class Pipeline:
         sinks = self.sinks
         includes = self.filter.includes
         rows_per_mark = self.config.checkpoint.rows
+        lease = self.lease
         async for event in self.stream.events(position_of):
             await self._gate.acquire()  # uncontended: no suspension
             try:
@@ -265,6 +288,8 @@ class Pipeline:
                                 continue
                             delivered += 1
                             if wanted:
+                                if lease is not None and not lease.valid:
+                                    await self._wait_for_lease(lease)
                                 for sink in sinks:
                                     sink.publish(change)
                                     if sink.backlogged:
@@ -274,6 +299,9 @@ class Pipeline:
                                 checkpointer.mark(self.committed.with_row(delivered), False)
                                 await self._after_mark(checkpointer)
                     elif isinstance(item, Commit):
+                        now = time.time()
+                        self.lag_s = max(0.0, now - event.header.timestamp)
+                        self.last_commit_read = now
                         self.history.commit(item.position)
                         checkpointer.mark(item.position, True)
                         self.committed = item.position
@@ -287,6 +315,30 @@ class Pipeline:
                     return
             finally:
                 self._gate.release()
+
+    async def _wait_for_lease(self, lease: Lease) -> None:
+        """Publishing stops the moment the lease is in doubt (ZooKeeper suspended, or not
+        heard from in time); it goes on only once the epoch is re-validated. A lost lease
+        raises LeadershipLostError: the pipeline ends without writing anything more."""
+        log.warning("publishing_paused", reason="leadership lease not valid")
+        started = time.monotonic()
+        await lease.wait_valid()
+        log.info("publishing_resumed", paused_s=round(time.monotonic() - started, 3))
+
+    def status(self) -> dict[str, Any]:
+        """What `replicad status` shows for this pipeline."""
+        return {
+            "state": "running",
+            "position": None if self.stored is None else self.stored.to_json(),
+            "read_position": None if self.committed is None else self.committed.to_json(),
+            "lag_s": round(self.lag_s, 3),
+            "last_commit_read_ms": (
+                None if self.last_commit_read is None else int(self.last_commit_read * 1000)
+            ),
+            "transactions": self.transactions,
+            "rows": self.rows,
+            "updated_ms": int(time.time() * 1000),
+        }
 
     async def _after_mark(self, checkpointer: Checkpointer) -> None:
         for sink in self.sinks:
@@ -316,9 +368,20 @@ class Pipeline:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
+                    if time.monotonic() - self._status_at >= STATUS_INTERVAL_S:
+                        self._status_at = time.monotonic()
+                        self.store.publish_status(self.status())
                 except Exception as exc:
                     self._tick_failure = exc  # seen before the gate lets the stream go on
                     raise
+
+    async def abandon(self) -> None:
+        """Leadership is gone: drop what the sinks still hold (no delivery, no checkpoint).
+        The new leader re-sends everything after the last stored position."""
+        log.warning("pipeline_abandoned", position=str(self.stored), read=str(self.committed))
+        await self.stream.close()
+        for sink in self.sinks:
+            sink.abandon()
 
     async def close(self, failed: bool = False) -> None:
         """Stop reading, let the sinks deliver what was published (for at most
@@ -348,13 +411,21 @@ class Pipeline:
                 sink.close()
 
 
-async def run_until_stopped(config: Config, password: str, stop: asyncio.Event) -> Pipeline:
+async def run_until_stopped(
+    config: Config,
+    password: str,
+    stop: asyncio.Event,
+    store: PipelineStore | None = None,
+    lease: Lease | None = None,
+) -> Pipeline:
     """Run the pipeline until `stop` is set; the transaction in flight is finished first
-    (for at most SHUTDOWN_GRACE_S: a sink that cannot deliver must not block the stop)."""
-    pipeline = Pipeline(config, password)
+    (for at most SHUTDOWN_GRACE_S: a sink that cannot deliver must not block the stop).
+    A pipeline that lost its lease (LeadershipLostError) ends without a final checkpoint and
+    without sending what its sinks still queue: another leader owns the position now."""
+    pipeline = Pipeline(config, password, store, lease)
     task = asyncio.create_task(pipeline.run())
     stopper = asyncio.create_task(stop.wait())
-    failed = False
+    failed = lost = False
     try:
         done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
@@ -376,12 +447,19 @@ async def run_until_stopped(config: Config, password: str, stop: asyncio.Event) 
             await task
         except asyncio.CancelledError:
             pass
-        except BaseException:
+        except LeadershipLostError:
+            lost = True
+            raise
+        except BaseException as exc:
             failed = True
+            pipeline.store.record_error(str(exc), type(exc).__name__)
             raise
     finally:
         stopper.cancel()
-        await pipeline.close(failed)
+        if lost:
+            await pipeline.abandon()
+        else:
+            await pipeline.close(failed)
     log.info(
         "stopped",
         position=str(pipeline.stored),

@@ -56,6 +56,9 @@ class Sink(Protocol):
         """At shutdown: deliver everything marked, for at most `timeout_s`. After a failure
         (`failed`): only settle what was already handed over, start nothing new."""
 
+    def abandon(self) -> None:
+        """Leadership lost: send nothing more, drop what is queued, no final acknowledgement."""
+
     def close(self) -> None: ...
 
 

@@ -402,6 +402,19 @@ class KafkaSink:
                 note="they are re-sent from the stored position at the next start",
             )
 
+    def abandon(self) -> None:
+        """Leadership lost: purge what librdkafka has not sent yet, so this (deposed) process
+        adds nothing more to the topics. Messages already on the wire cannot be recalled:
+        at-least-once consumers see them as duplicates of the new leader's; exactly-once
+        needs no purge (the new leader's init_transactions aborts this producer's open
+        transaction), but it does no harm."""
+        self._pending.clear()
+        try:
+            self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+            log.warning("kafka_queue_purged", remaining=len(self.producer))
+        except KafkaException as exc:
+            log.warning("kafka_purge_failed", error=exc.args[0].str())
+
     def close(self) -> None:
         if self.exactly_once and self._in_kafka_txn and self._fatal is None:
             try:  # whatever follows the last committed mark is sent again after a restart

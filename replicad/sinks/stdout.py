@@ -74,6 +74,15 @@ class JsonLinesSink:
     async def drain(self, timeout_s: float, failed: bool = False) -> None:
         self.acked()
 
+    def abandon(self) -> None:
+        """Leadership lost: what the buffer still holds is not written (the new leader
+        writes it again from the stored position)."""
+        if self.path is not None:
+            try:
+                os.close(self._out.fileno())  # the buffered writer is discarded unflushed
+            except OSError:
+                pass
+
     def close(self) -> None:
         if self.path is not None:
             self._out.close()

@@ -314,12 +314,16 @@ class SchemaHistory:
             ],
         }
 
-    def save(self, path: str | os.PathLike[str], *, durable: Position | None = None) -> None:
-        """Replace the file atomically. `durable`: the position the store holds now; entries
-        at or before it are folded into the base. Staged DDL is not saved."""
+    def serialize(self, *, durable: Position | None = None) -> bytes:
+        """The persisted form. `durable`: the position the store holds now; entries at or
+        before it are folded into the base. Staged DDL is not included."""
         if durable is not None:
             self._fold(durable)
-        write_atomically(Path(path), orjson.dumps(self.to_json()))
+        return orjson.dumps(self.to_json())
+
+    def save(self, path: str | os.PathLike[str], *, durable: Position | None = None) -> None:
+        """Replace the file atomically (see `serialize`)."""
+        write_atomically(Path(path), self.serialize(durable=durable))
         self.dirty = False
 
     @classmethod
@@ -374,17 +378,22 @@ class SchemaHistory:
             raise SchemaHistoryError(
                 f"cannot read the schema history: {exc.strerror}", file=str(path)
             ) from None
+        return cls.parse(raw, position, file=str(path))
+
+    @classmethod
+    def parse(cls, raw: bytes, position: Position, **where: object) -> SchemaHistory:
+        """`serialize`'s output, trimmed to `position`; `where` names the source in errors."""
         try:
             data = orjson.loads(raw)
             if data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
                 raise SchemaHistoryError(
                     f"schema history has an unknown format (expected {FORMAT} "
-                    f"version {FORMAT_VERSION})", file=str(path)
+                    f"version {FORMAT_VERSION})", **where
                 )  # fmt: skip
             return cls.from_json(data, position)
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ConfigError) as exc:
             raise SchemaHistoryError(
-                f"schema history is damaged: {type(exc).__name__}: {exc}", file=str(path)
+                f"schema history is damaged: {type(exc).__name__}: {exc}", **where
             ) from None
 
 
