@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
@@ -19,14 +21,23 @@ from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
 from replicad.binlog.rows import RowsEvent, TableMapEvent
 from replicad.config import Config, load_config
-from replicad.coordination.local import PositionFileLock, PositionStoreError
+from replicad.coordination.local import (
+    LocalPipelineStore,
+    LocalPositionStore,
+    PositionFileLock,
+    PositionStoreError,
+    read_status,
+    running_pid,
+    status_path,
+)
 from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
 from replicad.service.logging import configure_logging
+from replicad.service.operator import PositionValueError, describe_position, resolve_position
 from replicad.sinks.base import SinkError, SinkUnavailableError
 from replicad.sinks.envelope import change_to_dict, dumps
-from replicad.source.schema import SchemaHistoryError
+from replicad.source.schema import SchemaHistoryError, default_history_path
 from replicad.source.stream import DumpRefusedError, PositionLostError
 
 EXIT_OK = 0
@@ -99,6 +110,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
     check.set_defaults(func=cmd_check)
+
+    status = commands.add_parser(
+        "status",
+        help="each pipeline's leader, epoch, position, lag and last error",
+        description=(
+            "Show the pipeline's state: from ZooKeeper when coordination.zookeeper is "
+            "configured (every pipeline of the cluster), else from the local position file."
+        ),
+    )
+    status.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    status.set_defaults(func=cmd_status)
+
+    position = commands.add_parser(
+        "position",
+        help="show, set or reset the stored position",
+        description=(
+            "Show or change where the pipeline continues. VALUE: earliest | latest | FILE:POS "
+            "| a MySQL GTID set | a MariaDB GTID position. It is checked against the primary "
+            "before anything is written. With ZooKeeper and a live leader the change is queued "
+            "and applied by the leader at a transaction boundary; --force writes it directly "
+            "and is only accepted when no leader is alive. Without ZooKeeper the daemon must be "
+            "stopped."
+        ),
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    actions = position.add_subparsers(dest="action", required=True)
+    actions.add_parser("show", help="print the stored position", parents=[common])
+    set_ = actions.add_parser("set", help="set the position to VALUE", parents=[common])
+    set_.add_argument("value", metavar="VALUE")
+    reset = actions.add_parser(
+        "reset", help="set the position to source.start of the config", parents=[common]
+    )
+    for action in (set_, reset):
+        action.add_argument(
+            "--force", action="store_true", help="write directly (only when no leader is alive)"
+        )
+        action.add_argument(
+            "--timeout",
+            type=float,
+            default=60.0,
+            help="seconds to wait for the leader to apply a queued change (default 60)",
+        )
+    position.set_defaults(func=cmd_position)
     return parser
 
 
@@ -274,6 +331,154 @@ def _column_dict(column: Any) -> dict[str, Any]:
 def _rows(event: RowsEvent) -> Iterator[dict[str, Any]]:
     for before, after in event.rows():
         yield {"before": before, "after": after}
+
+
+# ---------------------------------------------------------------------- operator commands
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+
+
+def _zookeeper(config: Config) -> Any:
+    return getattr(config.coordination, "zookeeper", None)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        configure_logging(config.log.format, "warning")
+        if _zookeeper(config) is not None:
+            from replicad.service.ha import zk_status
+
+            pipelines = zk_status(config)
+        else:
+            pipelines = [local_status(config)]
+    except ReplicadError as exc:
+        print(f"replicad status: {exc}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(exc, OPERATOR_ERRORS) else EXIT_TEMPFAIL
+    _emit(args, {"pipelines": pipelines}, "\n\n".join(render_status(p) for p in pipelines))
+    return EXIT_OK
+
+
+def local_status(config: Config) -> dict[str, Any]:
+    path = config.coordination.local.path
+    position = LocalPositionStore(path, config.pipeline).load()
+    pid = running_pid(path)
+    status = read_status(status_path(path)) or {}
+    return {
+        "pipeline": config.pipeline,
+        "store": f"file {path}",
+        "leader": None if pid is None else {"pid": pid, "host": socket.gethostname()},
+        "epoch": None,
+        "position": None if position is None else position.to_json(),
+        "read_position": status.get("read_position") if pid is not None else None,
+        "lag_s": status.get("lag_s") if pid is not None else None,
+        "updated_ms": status.get("updated_ms"),
+        "last_error": status.get("last_error"),
+    }
+
+
+def render_status(p: dict[str, Any]) -> str:
+    leader = p.get("leader")
+    if leader:
+        who = " ".join(f"{k}={v}" for k, v in leader.items() if v is not None)
+        state = f"running ({who})"
+    else:
+        state = "no leader" if p.get("epoch") is not None else "stopped"
+    lines = [
+        f"pipeline {p['pipeline']}  ({p['store']})",
+        f"  state     {state}",
+    ]
+    if p.get("epoch") is not None:
+        lines.append(f"  epoch     {p['epoch']}")
+    lines.append(f"  position  {describe_position(p.get('position'))}")
+    if p.get("read_position"):
+        lines.append(f"  read      {describe_position(p['read_position'])}")
+    if p.get("lag_s") is not None:
+        lines.append(f"  lag       {p['lag_s']} s")
+    if p.get("pending_commands"):
+        lines.append(f"  queued    {len(p['pending_commands'])} command(s)")
+    error = p.get("last_error")
+    if error:
+        lines.append(f"  last error  {error.get('kind')}: {error.get('error')}")
+    return "\n".join(lines)
+
+
+def cmd_position(args: argparse.Namespace) -> int:
+    log = structlog.get_logger("replicad.cli")
+    try:
+        config = load_config(args.config)
+        configure_logging(config.log.format, "info")
+        zk = _zookeeper(config)
+        if args.action == "show":
+            if zk is not None:
+                from replicad.service.ha import zk_status
+
+                state = next(p for p in zk_status(config) if p["pipeline"] == config.pipeline)
+                position = state.get("position")
+            else:
+                stored = LocalPositionStore(config.coordination.local.path, config.pipeline).load()
+                position = None if stored is None else stored.to_json()
+            _emit(
+                args,
+                {"pipeline": config.pipeline, "position": position},
+                describe_position(position),
+            )
+            return EXIT_OK
+        value = args.value if args.action == "set" else _start_value(config)
+        password = config.source.resolve_password()
+        if zk is not None:
+            from replicad.service.ha import zk_change_position
+
+            result = zk_change_position(config, password, value, args.force, args.timeout)
+        else:
+            result = asyncio.run(_local_change_position(config, password, value))
+    except ReplicadError as exc:
+        print(f"replicad position {args.action}: {exc}", file=sys.stderr)
+        if isinstance(exc, PositionValueError):
+            return EXIT_USAGE
+        return EXIT_CONFIG if isinstance(exc, OPERATOR_ERRORS) else EXIT_TEMPFAIL
+    log.info("position_changed", pipeline=config.pipeline, **result)
+    _emit(
+        args,
+        {"pipeline": config.pipeline, **result},
+        f"{config.pipeline}: {describe_position(result.get('old'))} -> "
+        f"{describe_position(result.get('new'))} ({result.get('how')})",
+    )
+    return EXIT_OK
+
+
+def _start_value(config: Config) -> str:
+    start = config.source.start
+    if isinstance(start, str):
+        return start
+    if start.gtid is not None:
+        return start.gtid
+    return f"{start.file}:{start.pos}"
+
+
+async def _local_change_position(config: Config, password: str, value: str) -> dict[str, Any]:
+    path = config.coordination.local.path
+    lock = PositionFileLock(path)
+    lock.acquire()  # refuses while a daemon runs: the local store has no command queue
+    try:
+        position, history = await resolve_position(config, password, value)
+        store = LocalPipelineStore(
+            path,
+            config.schema_.history_path or default_history_path(path),
+            config.pipeline,
+        )
+        old = store.load_position()
+        store.save_history(history, None)  # the history first: never behind the position
+        store.save_position(position)
+    finally:
+        lock.release()
+    return {
+        "old": None if old is None else old.to_json(),
+        "new": position.to_json(),
+        "how": "written to the local position file",
+    }
 
 
 if __name__ == "__main__":
