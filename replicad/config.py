@@ -191,8 +191,83 @@ class LocalStoreConfig(_Strict):
     path: Path = Path("replicad-position.json")
 
 
+class ZookeeperAuthConfig(_Strict):
+    """Credentials for ZooKeeper: `digest` (auth_data user:password) or `sasl` (DIGEST-MD5;
+    needs the pure-sasl package and a server with a SASL JAAS section)."""
+
+    scheme: Literal["digest", "sasl"] = "digest"
+    username: str = Field(min_length=1)
+    password: SecretStr | None = None
+    password_env: str | None = None
+    password_file: Path | None = None
+    sasl_mechanism: Literal["DIGEST-MD5"] = "DIGEST-MD5"
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> ZookeeperAuthConfig:
+        given = [
+            k for k in ("password", "password_env", "password_file") if getattr(self, k) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of password, password_env, password_file"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if ":" in self.username and self.scheme == "digest":
+            raise ValueError("a digest username cannot contain ':'")
+        return self
+
+    def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
+        environ = os.environ if environ is None else environ
+        key = "coordination.zookeeper.auth"
+        if self.password is not None:
+            return self.password.get_secret_value()
+        if self.password_env is not None:
+            if self.password_env not in environ:
+                raise ConfigError(
+                    f"{key}.password_env names an environment variable that is not set",
+                    key=f"{key}.password_env",
+                    value=self.password_env,
+                )
+            return environ[self.password_env]
+        assert self.password_file is not None  # the validator guarantees one source
+        try:
+            return self.password_file.read_text().rstrip("\n")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the password file: {exc.strerror}",
+                key=f"{key}.password_file",
+                value=str(self.password_file),
+            ) from None
+
+
+class ZookeeperConfig(_Strict):
+    """Leader election, fencing and the position copy in ZooKeeper (ARCHITECTURE §4)."""
+
+    hosts: str = Field(min_length=1)  # "host:port,host:port" (kazoo connect string)
+    root: str = Field("/replicad", pattern=r"^(/[^/]+)+$")
+    cluster: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    session_timeout_s: float = Field(10.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    max_pipelines: int = Field(1, ge=1)  # how many pipelines one worker may lead at once
+    worker_id: str | None = Field(None, min_length=1)  # default: host:pid
+    auth: ZookeeperAuthConfig | None = None
+    # open: world ALL; private: the configured user only (ALL); private-readable: that plus
+    # world READ (dashboards, `replicad status` without credentials).
+    acl: Literal["open", "private", "private-readable"] = "open"
+
+    @model_validator(mode="after")
+    def _private_acl_needs_auth(self) -> ZookeeperConfig:
+        if self.acl != "open" and self.auth is None:
+            raise ValueError(
+                f"coordination.zookeeper.acl {self.acl} needs coordination.zookeeper.auth "
+                "(the user the ACL grants access to)"
+            )
+        return self
+
+
 class CoordinationConfig(_Strict):
     local: LocalStoreConfig = LocalStoreConfig()
+    zookeeper: ZookeeperConfig | None = None
 
 
 class SchemaConfig(_Strict):

@@ -113,7 +113,9 @@ class CoordinationError(ReplicadError):
 
 
 class CoordinationUnavailableError(CoordinationError):
-    """ZooKeeper cannot be reached now; nothing was written. Transient."""
+    """ZooKeeper cannot be reached now, or the leadership lease is in doubt. Transient. A
+    write that timed out is in doubt (it may still be applied); a later successful write of
+    the same session supersedes it."""
 
 
 class LeadershipLostError(CoordinationError):

@@ -3,6 +3,12 @@
 #   scripts/services.sh up [service ...]       install + start (default: every service)
 #   scripts/services.sh down [service ...]     stop what this script started (default: all)
 #   scripts/services.sh status [service ...]
+#   scripts/services.sh zk-instance up|down|kill <dir> <client port>
+#       a private standalone ZooKeeper (tests: restarts, outages); kill is kill -9
+#   scripts/services.sh zk-ensemble up|down|kill|start|status <dir> <base port> [member ...]
+#       a private 3-node ensemble under <dir>/zk1..zk3; member N (1-3) serves clients on
+#       base+N-1 and uses base+10+N-1 (quorum) and base+20+N-1 (leader election); without
+#       members, up/down/status act on all three; start waits until the member has joined
 # Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper.
 # `down kafka` stops only the broker (gracefully): s3 keeps its data for the next `up kafka`.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
@@ -399,6 +405,94 @@ zk_instance_down() { # zk_instance_down <dir>
   stop_pid "$1/zookeeper.pid" QuorumPeerMain zookeeper 30 "$1/zookeeper.log"
 }
 
+zk_instance_kill() { # zk_instance_kill <dir>: SIGKILL, as a crash would
+  local pidfile="$1/zookeeper.pid" pid
+  pid_alive "$pidfile" QuorumPeerMain || { rm -f "$pidfile"; return 0; }
+  pid=$(cat "$pidfile")
+  kill -KILL "$pid" 2>/dev/null || true
+  wait_for 10 bash -c "! kill -0 $pid" || { log "zookeeper pid $pid survived SIGKILL"; return 1; }
+  rm -f "$pidfile"
+}
+
+zk_mode() { # zk_mode <client port>: standalone, leader or follower (nothing while not serving)
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; printf srvr >&3; cat <&3" 2>/dev/null \
+    | sed -n 's/^Mode: //p'
+}
+
+zk_serving() { # zk_serving <client port>: the server is in a quorum (or standalone)
+  case "$(zk_mode "$1")" in standalone|leader|follower) return 0 ;; *) return 1 ;; esac
+}
+
+zk_instance_cmd() { # zk-instance up|down|kill <dir> <client port>
+  local action=${1:-} dir=${2:-} port=${3:-}
+  [ -n "$dir" ] || { echo "usage: $0 zk-instance up|down|kill <dir> <client port>" >&2; exit 2; }
+  case "$action" in
+    up)
+      [ -n "$port" ] || { echo "zk-instance up needs a client port" >&2; exit 2; }
+      zk_install
+      zk_instance_up "$dir" "$port"
+      zk_instance_wait "$dir" "$port" ;;
+    down) zk_instance_down "$dir" ;;
+    kill) zk_instance_kill "$dir" ;;
+    *) echo "usage: $0 zk-instance up|down|kill <dir> <client port>" >&2; exit 2 ;;
+  esac
+}
+
+ZK_ENSEMBLE_SIZE=3
+
+zk_member_port() { # zk_member_port <base> <member> <client|quorum|election>
+  case "$3" in
+    client) echo $(( $1 + $2 - 1 )) ;;
+    quorum) echo $(( $1 + 10 + $2 - 1 )) ;;
+    election) echo $(( $1 + 20 + $2 - 1 )) ;;
+  esac
+}
+
+zk_member_start() { # zk_member_start <dir> <base> <member>: no wait
+  local dir=$1 base=$2 n=$3 servers=() i
+  for i in $(seq 1 "$ZK_ENSEMBLE_SIZE"); do
+    servers+=("server.$i=127.0.0.1:$(zk_member_port "$base" "$i" quorum):$(zk_member_port "$base" "$i" election)")
+  done
+  zk_instance_up "$dir/zk$n" "$(zk_member_port "$base" "$n" client)" "$n" "${servers[@]}"
+}
+
+zk_member_wait() { # zk_member_wait <dir> <base> <member>: serving inside the quorum
+  local port; port=$(zk_member_port "$2" "$3" client)
+  zk_instance_wait "$1/zk$3" "$port" || return 1
+  if ! wait_for 60 zk_serving "$port"; then
+    log "zookeeper member $3 ($port) did not join the quorum; see $1/zk$3/zookeeper.log"
+    return 1
+  fi
+}
+
+zk_ensemble_cmd() { # zk-ensemble up|down|kill|start|status <dir> <base port> [member ...]
+  local action=${1:-} dir=${2:-} base=${3:-} n members
+  if [ -z "$dir" ] || [ -z "$base" ]; then
+    echo "usage: $0 zk-ensemble up|down|kill|start|status <dir> <base port> [member ...]" >&2
+    exit 2
+  fi
+  shift 3
+  members=("$@"); [ $# -eq 0 ] && members=($(seq 1 "$ZK_ENSEMBLE_SIZE"))
+  for n in "${members[@]}"; do
+    case "$n" in [1-3]) ;; *) echo "no ensemble member $n (1-$ZK_ENSEMBLE_SIZE)" >&2; exit 2 ;; esac
+  done
+  case "$action" in
+    up|start)
+      zk_install
+      for n in "${members[@]}"; do zk_member_start "$dir" "$base" "$n"; done
+      for n in "${members[@]}"; do zk_member_wait "$dir" "$base" "$n"; done
+      log "zookeeper ensemble member(s) ${members[*]} serving (client ports from $base)" ;;
+    down) for n in "${members[@]}"; do zk_instance_down "$dir/zk$n"; done ;;
+    kill) for n in "${members[@]}"; do zk_instance_kill "$dir/zk$n"; done ;;
+    status)
+      for n in "${members[@]}"; do
+        echo "zk$n: $(zk_mode "$(zk_member_port "$base" "$n" client)" || true)"
+      done ;;
+    *) echo "usage: $0 zk-ensemble up|down|kill|start|status <dir> <base port> [member ...]" >&2
+       exit 2 ;;
+  esac
+}
+
 zookeeper_up() {
   zk_install
   if pid_alive "$zk_dir/zookeeper.pid" QuorumPeerMain && zk_ruok "$ZK_PORT"; then
@@ -422,6 +516,10 @@ zookeeper_status() {
 }
 
 # ---------------------------------------------------------------- main
+case ${1:-} in
+  zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
+  zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;
+esac
 cmd=${1:-up}; shift || true
 wanted=" $* "; [ $# -eq 0 ] && wanted=" ${ALL_SERVICES[*]} "
 for svc in "$@"; do
