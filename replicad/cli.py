@@ -98,10 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
             "Connect to the primary as a replica and publish every committed row change. "
             "Without Kafka/ZooKeeper settings, changes go to standard output as JSON lines "
             "and the position to a local file. SIGTERM/SIGINT finish the transaction in "
-            "flight, save the position and exit 0."
+            "flight, save the position and exit 0. With coordination.zookeeper, the worker "
+            "campaigns for the pipeline of each -c file (one source each) and leads at most "
+            "coordination.zookeeper.max_pipelines of them at once."
         ),
     )
-    run.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    run.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        help="YAML config file (default: built-in defaults); repeat for several pipelines "
+        "(ZooKeeper only)",
+    )
     run.set_defaults(func=cmd_run)
 
     check = commands.add_parser(
@@ -190,7 +198,16 @@ def _load(args: argparse.Namespace) -> tuple[Config, str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        config, password = _load(args)
+        configs = [load_config(path) for path in args.config or [None]]
+        config = configs[0]
+        configure_logging(config.log.format, config.log.level)
+        passwords = [c.source.resolve_password() for c in configs]
+        zookeeper = config.coordination.zookeeper
+        if zookeeper is None and len(configs) > 1:
+            raise ConfigError(
+                "several pipelines in one worker need coordination.zookeeper",
+                key="coordination.zookeeper",
+            )
     except ConfigError as exc:
         print(f"replicad run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -200,10 +217,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if zookeeper is not None:
+            from replicad.service.ha import run_with_zookeeper
+
+            await run_with_zookeeper(configs, passwords, stop)
+            return
         lock = PositionFileLock(config.coordination.local.path)
         lock.acquire()  # one daemon per position file; `replicad position` checks it too
         try:
-            await run_until_stopped(config, password, stop)
+            await run_until_stopped(config, passwords[0], stop)
         finally:
             lock.release()
 

@@ -20,6 +20,9 @@ class FaultProxy:
         self.connections = 0
         # Each new connection gets a byte budget from this function (None: never cut).
         self.budget: Callable[[], int | None] = lambda: None
+        # A partition: open connections are reset and new ones refused until `heal()`.
+        self.partitioned = False
+        self._open: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._ready = threading.Event()
@@ -41,6 +44,19 @@ class FaultProxy:
     def never_cut(self) -> None:
         self.budget = lambda: None
 
+    def partition(self) -> None:
+        """Reset every open connection and refuse new ones (a network partition)."""
+
+        def reset_all() -> None:
+            self.partitioned = True
+            for writer in list(self._open):
+                writer.transport.abort()
+
+        self._loop.call_soon_threadsafe(reset_all)
+
+    def heal(self) -> None:
+        self.partitioned = False
+
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
@@ -52,11 +68,15 @@ class FaultProxy:
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter):
         self.connections += 1
+        if self.partitioned:
+            client_w.transport.abort()
+            return
         try:
             server_r, server_w = await asyncio.open_connection(*self.target)
         except OSError:
             client_w.close()
             return
+        self._open.update((client_w, server_w))
         cut = asyncio.Event()
 
         async def pipe(reader, writer, cuttable: bool) -> None:
@@ -94,3 +114,4 @@ class FaultProxy:
         )  # fmt: skip
         for writer in (client_w, server_w):
             writer.transport.abort()
+            self._open.discard(writer)

@@ -41,4 +41,10 @@ class Lease(Protocol):
     @property
     def valid(self) -> bool: ...
 
-    async def wait_valid(self) -> None: ...
+    async def wait_valid(self, timeout_s: float | None = None) -> None:
+        """Raises CoordinationUnavailableError when `timeout_s` passes first."""
+
+
+class CommandInbox(Protocol):
+    def next_command(self) -> Any:
+        """An operator command due now, or None. Called by the pipeline's ticker."""

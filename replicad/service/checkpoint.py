@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import structlog
 
 from replicad.coordination.store import PipelineStore
+from replicad.errors import CoordinationUnavailableError
 from replicad.sinks.base import Sink
 from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory
@@ -78,9 +79,16 @@ class Checkpointer:
             return None
         # The history first: it may be ahead of the stored position, never behind it. Only
         # entries at or before the position stored so far may be folded into its base.
-        if self.history.dirty:
-            self.store.save_history(self.history, self.stored)
-            self.history.dirty = False
-        self.store.save_position(position)
+        try:
+            if self.history.dirty:
+                self.store.save_history(self.history, self.stored)
+                self.history.dirty = False
+            self.store.save_position(position)
+        except CoordinationUnavailableError as exc:
+            # ZooKeeper is away or the lease is in doubt: the stored position stays where it
+            # is (publishing pauses on the lease), and the next checkpoint tries again.
+            self._marks.appendleft((0, position))
+            log.warning("checkpoint_deferred", position=str(position), error=str(exc))
+            return None
         self.stored = position
         return position

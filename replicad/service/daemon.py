@@ -23,9 +23,10 @@ from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.rows import TableMapEvent
 from replicad.config import Config, StartConfig
 from replicad.coordination.local import LocalPipelineStore
-from replicad.coordination.store import Lease, PipelineStore
+from replicad.coordination.store import CommandInbox, Lease, PipelineStore
 from replicad.errors import (
     ConfigError,
+    CoordinationUnavailableError,
     GtidError,
     LeadershipLostError,
     ReplicadError,
@@ -118,6 +119,7 @@ class Pipeline:
         password: str,
         store: PipelineStore | None = None,
         lease: Lease | None = None,
+        inbox: CommandInbox | None = None,
     ) -> None:
         self.config = config
         self.password = password
@@ -128,6 +130,10 @@ class Pipeline:
         )
         # Without ZooKeeper nobody else may publish for this pipeline: no lease to check.
         self.lease = lease
+        # Operator commands (ZooKeeper): one that is due ends the pipeline at the next
+        # transaction boundary, cleanly; the caller applies it and starts a new pipeline.
+        self.inbox = inbox
+        self.command: Any = None
         self.filter = ChangeFilter(config.filters)
         self.sinks: list[Sink] = []
         self.kafka: KafkaSink | None = None
@@ -294,6 +300,8 @@ class Pipeline:
                                     sink.publish(change)
                                     if sink.backlogged:
                                         await sink.wait_for_room()
+                                if not self.rows:
+                                    log.info("first_row_published", position=str(self.committed))
                                 self.rows += 1
                             if delivered % rows_per_mark == 0:
                                 checkpointer.mark(self.committed.with_row(delivered), False)
@@ -309,20 +317,31 @@ class Pipeline:
                         self.transactions += 1
                         skip = delivered = 0
                         await self._after_mark(checkpointer)
-                        if self._stop_requested:
+                        if self._stop_requested or self.command is not None:
                             return
-                if self._stop_requested and not self._in_transaction:
+                if (self._stop_requested or self.command is not None) and not self._in_transaction:
                     return
             finally:
                 self._gate.release()
 
     async def _wait_for_lease(self, lease: Lease) -> None:
         """Publishing stops the moment the lease is in doubt (ZooKeeper suspended, or not
-        heard from in time); it goes on only once the epoch is re-validated. A lost lease
-        raises LeadershipLostError: the pipeline ends without writing anything more."""
-        log.warning("publishing_paused", reason="leadership lease not valid")
+        heard from in time); it goes on only once the epoch is re-validated. A lost lease, or
+        one not confirmed within the session timeout (after which the session is presumed
+        expired: a partitioned leader hears nothing until the partition heals), raises
+        LeadershipLostError: the pipeline ends without writing anything more."""
+        log.warning("publishing_paused", reason="leadership lease not valid", rows=self.rows)
         started = time.monotonic()
-        await lease.wait_valid()
+        zookeeper = self.config.coordination.zookeeper
+        give_up = None if zookeeper is None else zookeeper.session_timeout_s
+        try:
+            await lease.wait_valid(give_up)
+        except CoordinationUnavailableError as exc:
+            raise LeadershipLostError(
+                f"the leadership lease was not confirmed within {give_up:g} s; the ZooKeeper "
+                "session is presumed expired",
+                error=str(exc),
+            ) from None
         log.info("publishing_resumed", paused_s=round(time.monotonic() - started, 3))
 
     def status(self) -> dict[str, Any]:
@@ -360,6 +379,7 @@ class Pipeline:
             interval = min(interval, kafka.batch_ms / 1000)
         interval = min(interval, 0.5)
         assert self.checkpointer is not None
+        lease = self.lease
         while True:
             await asyncio.sleep(interval)
             async with self._gate:
@@ -368,6 +388,12 @@ class Pipeline:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
+                    if lease is not None and not lease.valid:
+                        await self._wait_for_lease(lease)  # a lost lease ends the pipeline
+                    if self.inbox is not None and self.command is None:
+                        self.command = self.inbox.next_command()
+                        if self.command is not None:
+                            log.info("command_due", command=self.command.id, op=self.command.op)
                     if time.monotonic() - self._status_at >= STATUS_INTERVAL_S:
                         self._status_at = time.monotonic()
                         self.store.publish_status(self.status())
@@ -378,7 +404,12 @@ class Pipeline:
     async def abandon(self) -> None:
         """Leadership is gone: drop what the sinks still hold (no delivery, no checkpoint).
         The new leader re-sends everything after the last stored position."""
-        log.warning("pipeline_abandoned", position=str(self.stored), read=str(self.committed))
+        log.warning(
+            "pipeline_abandoned",
+            position=str(self.stored),
+            read=str(self.committed),
+            rows=self.rows,
+        )
         await self.stream.close()
         for sink in self.sinks:
             sink.abandon()
@@ -417,12 +448,13 @@ async def run_until_stopped(
     stop: asyncio.Event,
     store: PipelineStore | None = None,
     lease: Lease | None = None,
+    inbox: CommandInbox | None = None,
 ) -> Pipeline:
     """Run the pipeline until `stop` is set; the transaction in flight is finished first
     (for at most SHUTDOWN_GRACE_S: a sink that cannot deliver must not block the stop).
     A pipeline that lost its lease (LeadershipLostError) ends without a final checkpoint and
     without sending what its sinks still queue: another leader owns the position now."""
-    pipeline = Pipeline(config, password, store, lease)
+    pipeline = Pipeline(config, password, store, lease, inbox)
     task = asyncio.create_task(pipeline.run())
     stopper = asyncio.create_task(stop.wait())
     failed = lost = False

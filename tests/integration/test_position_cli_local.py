@@ -84,9 +84,7 @@ def test_bad_values_change_nothing_and_good_ones_are_resolved(tmp_path: Path) ->
     assert pipeline["leader"] is None and pipeline["position"] == stored(replicad)
 
 
-def test_running_daemon_is_not_moved_and_continues_from_a_set_position(
-    db, tmp_path: Path
-) -> None:
+def test_running_daemon_is_not_moved_and_continues_from_a_set_position(db, tmp_path: Path) -> None:
     conn, name = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
@@ -110,9 +108,7 @@ def test_running_daemon_is_not_moved_and_continues_from_a_set_position(
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (2, 2)")
     replicad.start()
-    wait_for(
-        lambda: sum(1 for c in replicad.changes() if c["db"] == name) >= 3, 30, "the replay"
-    )
+    wait_for(lambda: sum(1 for c in replicad.changes() if c["db"] == name) >= 3, 30, "the replay")
     ids = [c["after"]["id"] for c in replicad.changes() if c["db"] == name]
     assert ids[:1] == [1] and ids[-2:] == [1, 2], ids
     assert replicad.stop() == 0

@@ -116,3 +116,23 @@ def test_example_kafka_block_parses_and_names_every_option(tmp_path: Path) -> No
     text = "\n".join(block)
     for option in KafkaSinkConfig.model_fields:
         assert f"{option}:" in text, option
+
+
+def test_example_zookeeper_block_parses_and_names_every_option(tmp_path: Path) -> None:
+    """The commented-out ZooKeeper block, uncommented, is a valid config whose values are the
+    defaults, and it mentions every option."""
+    from replicad.config import ZookeeperConfig
+
+    lines = EXAMPLE.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  # zookeeper:"))
+    block = ["coordination:"]
+    for line in lines[start:]:
+        if not line.startswith("  #"):
+            break
+        block.append("  " + line[len("  # ") :])
+    config = load_config(_write(tmp_path, "\n".join(block) + "\n"), {})
+    zookeeper = config.coordination.zookeeper
+    assert zookeeper == ZookeeperConfig(hosts="127.0.0.1:2181")
+    text = "\n".join(block)
+    for option in ZookeeperConfig.model_fields:
+        assert f"{option}:" in text, option

@@ -1,0 +1,361 @@
+"""`replicad run` with ZooKeeper (ARCHITECTURE §4): a worker campaigns for each of its
+pipelines, leads at most `coordination.zookeeper.max_pipelines` of them at once, and runs a
+pipeline only while it leads it.
+
+- The position and the schema history live in ZooKeeper; every write is fenced by the
+  leader's epoch (coordination.zk), so a deposed leader cannot move them.
+- Every row handed to a sink is preceded by a look at the leadership lease: publishing stops
+  the moment ZooKeeper is suspended or silent for too long, and goes on only when the epoch
+  is re-validated. A lost leadership abandons the pipeline (nothing more is sent, no final
+  checkpoint) and the worker campaigns again.
+- Operator commands queued under `commands/` (`replicad position set` while a leader runs)
+  are picked up by the pipeline's ticker and applied at a transaction boundary: the pipeline
+  stops cleanly (everything published is acknowledged and checkpointed), the new position
+  and a schema snapshot for it are written (fenced), the command is marked applied, and the
+  pipeline starts again from the new position.
+- ZooKeeper unreachable: nobody leads, nothing is published, nothing is lost; the worker
+  keeps trying and resumes when it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+import zstandard
+
+from replicad.config import Config, ZookeeperConfig
+from replicad.coordination.zk import (
+    Command,
+    CommandError,
+    Leadership,
+    LeadershipLostError,
+    LeadershipSlots,
+    ZkClient,
+    ZkPaths,
+    campaign_with_slot,
+    force_set_position,
+    list_pipelines,
+    read_pipeline_state,
+    submit_command,
+    wait_command,
+)
+from replicad.errors import ConfigError, CoordinationUnavailableError, ReplicadError
+from replicad.service.daemon import Pipeline, run_until_stopped
+from replicad.service.operator import resolve_position
+from replicad.source.position import Position
+from replicad.source.schema import SchemaHistory, snapshot
+from replicad.source.stream import open_connection
+
+log = structlog.get_logger("replicad.ha")
+
+SET_POSITION = "set_position"
+COMMAND_POLL_S = 1.0
+_ZSTD_LEVEL = 3
+
+
+class ZkPipelineStore:
+    """The PipelineStore of a leader: ZooKeeper nodes written under its epoch. The schema
+    history is stored zstd-compressed (it is JSON; ZooKeeper nodes are limited to ~1 MiB)."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def describe(self) -> str:
+        return f"zookeeper {self.leadership.paths.base}"
+
+    def load_position(self) -> Position | None:
+        return self.leadership.load_position()
+
+    def save_position(self, position: Position) -> None:
+        self.leadership.save_position(position)
+
+    def load_history(self, position: Position) -> SchemaHistory | None:
+        blob = self.leadership.load_schema()
+        if not blob:
+            return None
+        raw = zstandard.ZstdDecompressor().decompress(blob)
+        return SchemaHistory.parse(raw, position, zookeeper=self.leadership.paths.schema)
+
+    def save_history(self, history: SchemaHistory, durable: Position | None) -> None:
+        raw = history.serialize(durable=durable)
+        self.leadership.save_schema(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw))
+
+    def publish_status(self, status: dict[str, Any]) -> None:
+        self.leadership.publish_status(status)
+
+    def record_error(self, error: str, kind: str) -> None:
+        self.leadership.record_error(error, kind)
+
+
+class CommandInbox:
+    """Operator commands for the pipeline this worker leads, looked for at most every
+    COMMAND_POLL_S (by the pipeline's ticker, outside the hot path)."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+        self._checked = 0.0
+
+    def next_command(self) -> Command | None:
+        now = time.monotonic()
+        if now - self._checked < COMMAND_POLL_S or not self.leadership.valid:
+            return None
+        self._checked = now
+        for command in self.leadership.pending_commands():
+            if command.op == SET_POSITION:
+                return command
+            self.leadership.complete_command(
+                command.id, "rejected", {"error": f"unknown command {command.op!r}"}
+            )
+        return None
+
+
+async def run_with_zookeeper(
+    configs: Sequence[Config], passwords: Sequence[str], stop: asyncio.Event
+) -> None:
+    """Run every pipeline of `configs` that this worker gets to lead, until `stop`."""
+    zk = configs[0].coordination.zookeeper
+    assert zk is not None
+    for config in configs[1:]:
+        other = config.coordination.zookeeper
+        if other is None or (other.hosts, other.root, other.cluster) != (
+            zk.hosts,
+            zk.root,
+            zk.cluster,
+        ):
+            raise ConfigError(
+                "all pipelines of one worker must use the same ZooKeeper hosts, root and cluster",
+                key="coordination.zookeeper",
+                pipeline=config.pipeline,
+            )
+    names = [c.pipeline for c in configs]
+    if len(set(names)) != len(names):
+        raise ConfigError("two config files name the same pipeline", value=names)
+    client = ZkClient(zk)
+    await client.start_async()
+    slots = LeadershipSlots(zk.max_pipelines)
+    try:
+        tasks = [
+            asyncio.create_task(_lead(config, password, client, slots, stop))
+            for config, password in zip(configs, passwords, strict=True)
+        ]
+        try:
+            # The first failure (an operator error) ends the worker; the others stop cleanly.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    stop.set()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await asyncio.to_thread(client.stop)
+
+
+async def _lead(
+    config: Config, password: str, client: ZkClient, slots: LeadershipSlots, stop: asyncio.Event
+) -> None:
+    """Campaign, lead until stopped or deposed, campaign again."""
+    zk = config.coordination.zookeeper
+    assert zk is not None
+    leadership = Leadership(client, ZkPaths.from_config(zk, config.pipeline))
+    plog = log.bind(pipeline=config.pipeline)
+    while not stop.is_set():
+        campaign = asyncio.ensure_future(campaign_with_slot(leadership, slots))
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({campaign, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not campaign.done():
+            campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ReplicadError):
+                await campaign
+            break
+        epoch = campaign.result()
+        plog.info("leading", epoch=epoch, worker=client.identity.worker_id)
+        try:
+            await _run_as_leader(config, password, leadership, stop, plog)
+        except LeadershipLostError as exc:
+            plog.warning("leadership_lost", error=str(exc), epoch=epoch)
+            await _settle_loss(leadership)
+            continue
+        except CoordinationUnavailableError as exc:
+            # The lease could not be confirmed and the pipeline gave up on a write: treat it
+            # as a loss (the position is still where the last fenced write put it).
+            plog.warning("leadership_abandoned", error=str(exc), epoch=epoch)
+            await _settle_loss(leadership)
+            continue
+        finally:
+            slots.release()
+        break  # stopped on request
+    with contextlib.suppress(ReplicadError):
+        await leadership.resign()
+
+
+async def _settle_loss(leadership: Leadership) -> None:
+    with contextlib.suppress(ReplicadError):
+        await leadership.resign()  # drops the candidate node if the session still has it
+
+
+async def _run_as_leader(
+    config: Config,
+    password: str,
+    leadership: Leadership,
+    stop: asyncio.Event,
+    plog: Any,
+) -> None:
+    store = ZkPipelineStore(leadership)
+    inbox = CommandInbox(leadership)
+    while True:
+        pipeline: Pipeline = await run_until_stopped(
+            config, password, stop, store=store, lease=leadership, inbox=inbox
+        )
+        command = pipeline.command
+        if command is None:
+            return  # stopped on request
+        await _apply_set_position(config, password, leadership, store, command, plog)
+        if stop.is_set():
+            return
+
+
+async def _apply_set_position(
+    config: Config,
+    password: str,
+    leadership: Leadership,
+    store: ZkPipelineStore,
+    command: Command,
+    plog: Any,
+) -> None:
+    """The pipeline stopped cleanly at a transaction boundary: write the requested position
+    with a schema snapshot for it (both fenced), then mark the command applied."""
+    old = store.load_position()
+    try:
+        position = Position.from_json(command.args["position"])
+        conn = await open_connection(config.source, password)
+        try:
+            history = await snapshot(conn, position)
+        finally:
+            await conn.close()
+    except (KeyError, TypeError, ReplicadError) as exc:
+        plog.warning("position_command_rejected", command=command.id, error=str(exc))
+        leadership.complete_command(command.id, "rejected", {"error": str(exc)})
+        return
+    store.save_history(history, None)  # the history first: never behind the position
+    store.save_position(position)
+    result = {
+        "old": None if old is None else old.to_json(),
+        "new": position.to_json(),
+        "how": f"applied by the leader (epoch {leadership.epoch})",
+    }
+    leadership.complete_command(command.id, "applied", result)
+    plog.warning(
+        "position_changed",
+        old=str(old),
+        new=str(position),
+        command=command.id,
+        requested_by=command.requested_by,
+        epoch=leadership.epoch,
+    )
+
+
+# ---------------------------------------------------------------------- operator side
+
+
+def _client(config: Config) -> tuple[ZookeeperConfig, ZkClient]:
+    zk = config.coordination.zookeeper
+    assert zk is not None
+    client = ZkClient(zk)
+    client.start(timeout_s=zk.connect_timeout_s)
+    return zk, client
+
+
+def zk_status(config: Config) -> list[dict[str, Any]]:
+    """Every pipeline of the cluster, as `replicad status` shows it."""
+    zk, client = _client(config)
+    try:
+        names = list_pipelines(client, zk.root, zk.cluster)
+        return [
+            _status_view(read_pipeline_state(client, ZkPaths.from_config(zk, name)))
+            for name in names
+        ]
+    finally:
+        client.stop()
+
+
+def _status_view(state: dict[str, Any]) -> dict[str, Any]:
+    status = state.get("status") or {}
+    record = state.get("position") or {}
+    leader = state.get("leader")
+    return {
+        "pipeline": state["pipeline"],
+        "store": f"zookeeper {state['path']}",
+        "leader": None
+        if leader is None
+        else {k: leader.get(k) for k in ("worker", "host", "pid") if leader.get(k) is not None},
+        "standbys": len(state.get("candidates") or []) - (1 if leader else 0),
+        "epoch": state.get("epoch"),
+        "position": record.get("position"),
+        "position_epoch": record.get("epoch"),
+        "position_age_s": state.get("position_age_s"),
+        "read_position": status.get("read_position"),
+        "lag_s": state.get("lag_s"),
+        "last_error": state.get("last_error"),
+        "pending_commands": state.get("pending_commands") or [],
+    }
+
+
+def zk_change_position(
+    config: Config, password: str, value: str, force: bool, timeout_s: float
+) -> dict[str, Any]:
+    """`replicad position set|reset` with ZooKeeper: queued for a live leader, or written
+    directly with --force when no worker is a candidate. The value is resolved and checked
+    against the primary first; a bad value writes nothing."""
+    position, history = asyncio.run(resolve_position(config, password, value))
+    zk, client = _client(config)
+    by = f"cli@{socket.gethostname()}"
+    try:
+        paths = ZkPaths.from_config(zk, config.pipeline)
+        state = read_pipeline_state(client, paths)
+        old = (state.get("position") or {}).get("position")
+        if state.get("leader") is not None:
+            if force:
+                raise CommandError(
+                    "a leader is alive: --force is only for a pipeline nobody runs; without "
+                    "--force the change is queued and applied by the leader",
+                    pipeline=config.pipeline,
+                    leader=state["leader"].get("worker"),
+                )
+            command = submit_command(
+                client,
+                paths,
+                SET_POSITION,
+                {"position": position.to_json(), "value": value},
+                requested_by=by,
+            )
+            done = wait_command(client, paths, command.id, timeout_s)
+            if done.state != "applied":
+                raise CommandError(
+                    "the leader rejected the change",
+                    command=command.id,
+                    reason=(done.result or {}).get("error"),
+                )
+            return dict(done.result or {}, command=command.id)
+        if not force:
+            raise CommandError(
+                "no leader is alive: a queued change would wait for one. Use --force to "
+                "write the position now",
+                pipeline=config.pipeline,
+            )
+        raw = history.serialize()
+        blob = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw)
+        epoch = force_set_position(client, paths, position, by, schema=blob)
+        return {"old": old, "new": position.to_json(), "how": f"forced (epoch {epoch})"}
+    finally:
+        client.stop()
