@@ -48,6 +48,7 @@ from replicad.coordination.zk import (
 from replicad.errors import ConfigError, CoordinationUnavailableError, ReplicadError
 from replicad.service.daemon import Pipeline, run_until_stopped
 from replicad.service.operator import resolve_position
+from replicad.sinks.base import SinkUnavailableError
 from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory, snapshot
 from replicad.source.stream import open_connection
@@ -55,6 +56,7 @@ from replicad.source.stream import open_connection
 log = structlog.get_logger("replicad.ha")
 
 SET_POSITION = "set_position"
+RETRY_AFTER_FAILURE_S = 5.0  # after a transient pipeline failure, before campaigning again
 COMMAND_POLL_S = 1.0
 _ZSTD_LEVEL = 3
 
@@ -180,21 +182,30 @@ async def _lead(
             break
         epoch = campaign.result()
         plog.info("leading", epoch=epoch, worker=client.identity.worker_id)
+        pause = 0.0
         try:
             await _run_as_leader(config, password, leadership, stop, plog)
+            break  # stopped on request
         except LeadershipLostError as exc:
             plog.warning("leadership_lost", error=str(exc), epoch=epoch)
             await _settle_loss(leadership)
-            continue
         except CoordinationUnavailableError as exc:
             # The lease could not be confirmed and the pipeline gave up on a write: treat it
             # as a loss (the position is still where the last fenced write put it).
             plog.warning("leadership_abandoned", error=str(exc), epoch=epoch)
             await _settle_loss(leadership)
-            continue
+        except SinkUnavailableError as exc:
+            # A transient sink failure (e.g. a Kafka producer in a fatal state): this
+            # pipeline stopped at its last checkpoint. Step down so that a standby (or this
+            # worker, after a pause) starts it afresh; the worker's other pipelines go on.
+            plog.error("pipeline_failed", error=str(exc), kind=type(exc).__name__, epoch=epoch)
+            await _settle_loss(leadership)
+            pause = RETRY_AFTER_FAILURE_S
         finally:
             slots.release()
-        break  # stopped on request
+        if pause:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause)
     with contextlib.suppress(ReplicadError):
         await leadership.resign()
 
