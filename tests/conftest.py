@@ -59,6 +59,21 @@ def zookeeper() -> str:
 
 
 @pytest.fixture
+def zk_root(zookeeper: str) -> Iterator[str]:
+    """A ZooKeeper root of the test's own (its pipelines' nodes), deleted afterwards."""
+    from kazoo.client import KazooClient
+
+    root = f"/replicad-test-{uuid.uuid4().hex[:10]}"
+    yield root
+    client = KazooClient(hosts=zookeeper)
+    client.start(10)
+    try:
+        client.delete(root, recursive=True)
+    finally:
+        client.stop()
+
+
+@pytest.fixture
 def db(mariadb: dict[str, object]) -> Iterator[tuple[pymysql.connections.Connection, str]]:
     """A connection to a fresh, uniquely named database, dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"

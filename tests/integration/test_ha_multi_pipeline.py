@@ -10,8 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +21,6 @@ from tests.conftest import MARIADB_PORT
 from tests.daemon_process import ROOT, DaemonProcess, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def zk_root(zookeeper: str) -> Iterator[str]:
-    root = f"/replicad-multi-{uuid.uuid4().hex[:8]}"
-    yield root
-    client = KazooClient(hosts=zookeeper)
-    client.start(10)
-    client.delete(root, recursive=True)
-    client.stop()
 
 
 def write_config(path: Path, pipeline: str, server_id: int, zookeeper: str, root: str) -> None:
