@@ -248,8 +248,11 @@ async def _pump(
 async def _close_writer(writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(Exception):
         writer.close()
-        # A TLS peer that never answers close_notify must not hang the caller.
-        await asyncio.wait_for(writer.wait_closed(), 2.0)
+        # A TLS peer that never answers close_notify must not hang the caller. Shielded: the
+        # close waiter is one future shared by every caller (the stream's own clean-up and
+        # Pipeline.close/abandon close the same connection); a timeout or a cancelled caller
+        # must not cancel it under the others, who would get CancelledError.
+        await asyncio.wait_for(asyncio.shield(writer.wait_closed()), 2.0)
 
 
 async def connect(

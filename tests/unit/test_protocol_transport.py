@@ -400,3 +400,29 @@ async def test_refused_login_names_the_account_not_the_password() -> None:
     assert err.context["account"] == "repl@127.0.0.1"
     for text in (str(err), repr(err), repr(err.context)):
         assert PASSWORD not in text
+
+
+@pytest.mark.asyncio
+async def test_close_of_a_connection_whose_other_closer_was_cancelled() -> None:
+    """Two tasks close one connection (the stream's clean-up, then Pipeline.abandon); the
+    first is cancelled while the close is in progress. The second must return normally, not
+    inherit the cancellation through the shared close waiter."""
+    from replicad.protocol.transport import _close_writer
+
+    class SlowClosingWriter:
+        def __init__(self) -> None:
+            self._closed = asyncio.get_running_loop().create_future()
+
+        def close(self) -> None:
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, lambda: self._closed.done() or self._closed.set_result(None))
+
+        async def wait_closed(self) -> None:
+            await self._closed
+
+    writer = SlowClosingWriter()
+    first = asyncio.create_task(_close_writer(writer))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    first.cancel()
+    await asyncio.sleep(0)
+    await _close_writer(writer)  # type: ignore[arg-type]
