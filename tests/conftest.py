@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,10 +66,17 @@ def zk_root(zookeeper: str) -> Iterator[str]:
 
     root = f"/replicad-test-{uuid.uuid4().hex[:10]}"
     yield root
+    from kazoo.exceptions import NotEmptyError
+
     client = KazooClient(hosts=zookeeper)
     client.start(10)
     try:
-        client.delete(root, recursive=True)
+        for _ in range(20):  # a daemon's ephemeral node may appear while the tree goes
+            try:
+                client.delete(root, recursive=True)
+                break
+            except NotEmptyError:
+                time.sleep(0.25)
     finally:
         client.stop()
 

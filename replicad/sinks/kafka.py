@@ -8,12 +8,17 @@ Exactly-once (`exactly_once: true`): a transactional producer (`transactional.id
 `replicad-<pipeline>`). Batches of binlog transactions and a position record in the internal
 compacted positions topic commit atomically; on start the position is read back from there.
 A second producer with the same id fences this one: the next produce/commit raises
-PRODUCER_FENCED and the sink stops without writing more.
+PRODUCER_FENCED and the sink stops without writing more. Every data message carries the
+header `replicad.batch` = `<instance>:<n>` (a random id of this sink, the number of the Kafka
+transaction), and the transaction's position record carries the same `"batch"`: a batch whose
+position record is absent never committed (what a broker that shows aborted records, or a
+consumer reading read_uncommitted, can tell from it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections import deque
 from typing import Any
@@ -43,12 +48,18 @@ from replicad.source.position import Position
 
 log = structlog.get_logger("replicad.sinks.kafka")
 
+BATCH_HEADER = "replicad.batch"  # exactly-once: the Kafka transaction a message belongs to
 POLL_EVERY = 1000  # serve delivery reports every this many messages
 QUEUE_KBYTES = 256 * 1024  # librdkafka's queue bound (it defaults to 1 GiB)
 _FENCED = {
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
     KafkaError.INVALID_PRODUCER_EPOCH,
+}
+_NOT_AUTHORIZED = {
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 # Settings that would break the delivery guarantee; allowed, but said out loud.
 _WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
@@ -97,6 +108,12 @@ class KafkaSink:
         self._committed_seq = 0
         self._commit_due = False
         self._committing = False
+        # The id of the Kafka transaction that is open or (between transactions) begins with
+        # the next message: `<instance>:<n>`, n counting the transactions begun.
+        self._instance = secrets.token_hex(8)
+        self._batches = 0  # Kafka transactions begun
+        self._batch_id = f"{self._instance}:1"
+        self._batch_header = (BATCH_HEADER, self._batch_id.encode())
 
     # ------------------------------------------------------------------ settings
 
@@ -272,16 +289,20 @@ class KafkaSink:
         return True
 
     def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
-        # The rows of one ROWS event share file, pos and GTID: render those once.
+        # The rows of one ROWS event share file, pos and GTID (and, exactly-once, mostly the
+        # Kafka transaction: a new one clears the cache): render those once.
         event = (change.file, change.pos, change.gtid)
         if event != self._header_event:
             self._header_event = event
+            last = [] if change.gtid is None else [("replicad.gtid", change.gtid.encode())]
+            if self.exactly_once:
+                last.append(self._batch_header)
             self._header_parts = (
                 [
                     ("replicad.file", (change.file or "").encode()),
                     ("replicad.pos", str(change.pos).encode()),
                 ],
-                [] if change.gtid is None else [("replicad.gtid", change.gtid.encode())],
+                last,
             )
         first, last = self._header_parts
         return [*first, ("replicad.row", b"%d" % change.row), *last]
@@ -436,6 +457,16 @@ class KafkaSink:
         self._in_kafka_txn = True
         self._txn_started = time.monotonic()
         self._marks_in_batch = 0
+        self._batches += 1
+        assert self._batch_id == f"{self._instance}:{self._batches}", "batch header out of step"
+
+    def _end_kafka_transaction(self) -> None:
+        """The open Kafka transaction is over (committed or aborted): messages published from
+        now on belong to the next one, whose id their headers carry."""
+        self._in_kafka_txn = False
+        self._batch_id = f"{self._instance}:{self._batches + 1}"
+        self._batch_header = (BATCH_HEADER, self._batch_id.encode())
+        self._header_event = None  # re-render the cached header parts with the new id
 
     @property
     def _transaction_timeout_s(self) -> float:
@@ -443,7 +474,7 @@ class KafkaSink:
 
     def _abort_after_failed_commit(self) -> None:
         """Abort what could not be committed; a fenced producer says so here."""
-        self._in_kafka_txn = False
+        self._end_kafka_transaction()
         try:
             self.producer.abort_transaction(5.0)
         except KafkaException as exc:
@@ -465,6 +496,7 @@ class KafkaSink:
             "pipeline": self.pipeline,
             "position": position.to_json(),
             "ts_ms": int(time.time() * 1000),
+            "batch": self._batch_id,  # as in its messages' headers (this one may begin it)
         }
         unit = self.tracker.current
         unit.outstanding += 1
@@ -479,7 +511,7 @@ class KafkaSink:
             await self._commit_until(deadline, position)
         finally:
             self._committing = False
-        self._in_kafka_txn = False
+        self._end_kafka_transaction()
         self._committed_seq = seq
         self.tracker.acked()  # every unit up to this mark is delivered now
         log.debug("kafka_batch_committed", position=str(position), seq=seq)
@@ -578,4 +610,11 @@ def _fenced_or(err: KafkaError, reason: str, **context: object) -> SinkError:
         )
     if err.retriable():
         return SinkUnavailableError(f"{reason}: {err.str()}", **context)
+    if err.fatal() and err.code() not in _NOT_AUTHORIZED:
+        # A fatal producer state (e.g. the idempotent producer's sequence numbers out of step
+        # with the broker): this producer is finished, but a new one, after a restart from
+        # the stored position, is not.
+        return SinkUnavailableError(
+            f"{reason}: {err.str()}; a restart resumes from the stored position", **context
+        )
     return SinkError(f"{reason}: {err.str()}", **context)

@@ -26,7 +26,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +83,6 @@ class HaReplicad(KafkaReplicad):
             f"{self.name} to become a candidate",
         )
         assert self.proc.poll() is None, self.err.read_text()[-3000:]
-
-
-@pytest.fixture
-def zk_root(zookeeper: str) -> Iterator[str]:
-    root = f"/replicad-ha-{uuid.uuid4().hex[:8]}"
-    yield root
-    client = KazooClient(hosts=zookeeper)
-    client.start(10)
-    client.delete(root, recursive=True)
-    client.stop()
 
 
 def zk_state(zookeeper: str, root: str, pipeline: str) -> dict[str, Any]:

@@ -344,7 +344,9 @@ def wait_caught_up(replicad: DaemonProcess, timeout: float = 60) -> None:
 
 
 def read_topics(kafka: str, prefix: str, db: str) -> list[Record]:
-    return consume_all(kafka, rf"{prefix}\.{db}\..*", idle_s=2.0, timeout_s=120)
+    # tansu (on the S3 emulator) can leave 2 s between two fetch responses once it holds a
+    # lot of data: a shorter idle limit ends the read early, and the fold then misses rows.
+    return consume_all(kafka, rf"{prefix}\.{db}\..*", idle_s=5.0, timeout_s=300)
 
 
 def _rss_mb(replicad: DaemonProcess) -> float:

@@ -138,6 +138,9 @@ def test_tracker_failure_is_raised_and_names_the_message() -> None:
         def retriable(self) -> bool:
             return False
 
+        def fatal(self) -> bool:
+            return False
+
         def str(self) -> str:
             return "MSG_SIZE_TOO_LARGE"
 
@@ -159,3 +162,90 @@ def test_kafka_config_errors_name_the_key() -> None:
         load_config(None, {"REPLICAD_FILTERS__INCLUDE": "['shop(']"})
     with pytest.raises(ConfigError, match="bootstrap_servers"):
         load_config(None, {"REPLICAD_SINKS__KAFKA__TOMBSTONES": "false"})
+
+
+class _FakeProducer:
+    """Records what the Kafka sink hands to librdkafka (no broker)."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.sent: list[tuple[str, bytes | None, list[tuple[str, bytes]] | None]] = []
+        self.log: list[str] = []
+
+    def produce(self, topic: str, value: Any, key: Any, on_delivery: Any, headers: Any) -> None:
+        self.sent.append((topic, value, headers))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def begin_transaction(self) -> None:
+        self.log.append("begin")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.log.append("commit")
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.log.append("abort")
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _sink_with_fake_producer(monkeypatch: pytest.MonkeyPatch, **options: Any) -> Any:
+    from replicad.sinks import kafka, kafka_admin
+
+    monkeypatch.setattr(kafka, "Producer", _FakeProducer)
+    monkeypatch.setattr(kafka_admin, "AdminClient", lambda settings: None)  # no connections
+    config = KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", prefix="p", **options)
+    sink = kafka.KafkaSink(config, "pipe", ChangeFilter(FiltersConfig()))
+    sink.topics.ready.update({"p.shop.users", sink.routing.positions_topic})
+    return sink
+
+
+def _row(row: int, pos: int = 4) -> RowChange:
+    return RowChange("c", "shop", "users", None, {"id": row}, "bin.000001", pos, row, "0-1-7", 1, 0)
+
+
+def test_exactly_once_messages_name_their_kafka_transaction(monkeypatch) -> None:
+    """Exactly-once: every data message carries `replicad.batch` = `<instance>:<n>` of the
+    Kafka transaction it is produced in, and that transaction's position record names the
+    same batch; rows of one ROWS event that straddle a commit get the new id."""
+    import asyncio
+
+    import orjson
+
+    sink = _sink_with_fake_producer(monkeypatch, exactly_once=True)
+    producer = sink.producer
+    sink.publish(_row(0))
+    sink.publish(_row(1))
+    sink.mark(1, Position("bin.000001", 100), True)
+    asyncio.run(sink._commit_batch())
+    sink.publish(_row(2))  # the same ROWS event: only the batch part changes
+    sink.mark(2, Position("bin.000001", 200), True)
+    asyncio.run(sink._commit_batch())
+    assert producer.log == ["begin", "commit", "begin", "commit"]
+    data = [dict(h) for t, _, h in producer.sent if t == "p.shop.users"]
+    positions = [orjson.loads(v) for t, v, _ in producer.sent if t == sink.routing.positions_topic]
+    batches = [h["replicad.batch"].decode() for h in data]
+    instance = batches[0].split(":")[0]
+    assert len(instance) == 16 and int(instance, 16) >= 0
+    assert batches == [f"{instance}:1", f"{instance}:1", f"{instance}:2"]
+    assert [p["batch"] for p in positions] == [f"{instance}:1", f"{instance}:2"]
+    assert [h["replicad.row"] for h in data] == [b"0", b"1", b"2"]
+    assert all(h["replicad.gtid"] == b"0-1-7" and h["replicad.pos"] == b"4" for h in data)
+    # Another sink (another pipeline run) has another instance id.
+    other = _sink_with_fake_producer(monkeypatch, exactly_once=True)
+    other.publish(_row(0))
+    assert dict(other.producer.sent[0][2])["replicad.batch"] != f"{instance}:1"
+
+
+def test_at_least_once_messages_have_no_batch_header(monkeypatch) -> None:
+    sink = _sink_with_fake_producer(monkeypatch)
+    sink.publish(_row(0))
+    sink.publish(_row(1, pos=90))
+    sink.mark(1, Position("bin.000001", 100), True)
+    headers = [h for _, _, h in sink.producer.sent]
+    assert [[name for name, _ in h] for h in headers] == [
+        ["replicad.file", "replicad.pos", "replicad.row", "replicad.gtid"]
+    ] * 2
+    assert sink.producer.log == []  # no transactions
