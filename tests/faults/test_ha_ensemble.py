@@ -122,8 +122,7 @@ def test_member_restarts_and_quorum_loss(
             e
             for w in workers
             for e in w.log_events()
-            if e.get("event") in ("publishing_paused", "pipeline_abandoned")
-            and _ts(e) > lost_at
+            if e.get("event") in ("publishing_paused", "pipeline_abandoned") and _ts(e) > lost_at
         ]
         assert paused, "no leader noticed the quorum loss"
         ensemble.start(2)
@@ -145,9 +144,7 @@ def test_member_restarts_and_quorum_loss(
         assert worker.proc is not None and worker.proc.poll() is None, worker.err.read_text()
         assert worker.stop() == 0
     records = read_topics(kafka, prefix, db)
-    assert fold_in_binlog_order(records, prefix, db) == normalise_expected(
-        tables_state(conn, db)
-    )
+    assert fold_in_binlog_order(records, prefix, db) == normalise_expected(tables_state(conn, db))
     counts: dict[tuple[Any, ...], int] = {}
     for record in records:
         op = None if record.value is None else orjson.loads(record.value)["op"]

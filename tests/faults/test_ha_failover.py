@@ -43,6 +43,7 @@ from tests.integration.test_kafka_sink import (
     shop,  # noqa: F401  (fixture)
     tables_state,
 )
+from tests.integration.test_position_cli_local import master_status as binlog_end
 from tests.kafka_helpers import Record
 from tests.tcp_proxy import FaultProxy
 
@@ -98,17 +99,6 @@ def zk_state(zookeeper: str, root: str, pipeline: str) -> dict[str, Any]:
         }
     finally:
         client.stop()
-
-
-def binlog_end() -> tuple[str, int]:
-    from tests.conftest import _connect
-
-    conn = _connect()
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    conn.close()
-    return str(file), int(pos)
 
 
 def coordinate(record: Record) -> tuple[str, int, int]:
