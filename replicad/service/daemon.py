@@ -360,6 +360,9 @@ class Pipeline:
         }
 
     async def _after_mark(self, checkpointer: Checkpointer) -> None:
+        lease = self.lease
+        if lease is not None and not lease.valid:  # a due batch would commit (publish) here
+            await self._wait_for_lease(lease)
         for sink in self.sinks:
             if sink.backlogged:  # e.g. an exactly-once batch is due
                 await sink.wait_for_room()
@@ -384,12 +387,14 @@ class Pipeline:
             await asyncio.sleep(interval)
             async with self._gate:
                 try:
+                    # The lease first: maintain() may commit a batch (publish it), and a
+                    # process that slept past its session must not.
+                    if lease is not None and not lease.valid:
+                        await self._wait_for_lease(lease)  # a lost lease ends the pipeline
                     for sink in self.sinks:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
-                    if lease is not None and not lease.valid:
-                        await self._wait_for_lease(lease)  # a lost lease ends the pipeline
                     if self.inbox is not None and self.command is None:
                         self.command = self.inbox.next_command()
                         if self.command is not None:
@@ -484,7 +489,14 @@ async def run_until_stopped(
             raise
         except BaseException as exc:
             failed = True
-            pipeline.store.record_error(str(exc), type(exc).__name__)
+            # Failing without a valid lease (e.g. a process that slept past its session and
+            # whose Kafka producer was fenced meanwhile): leadership is in doubt, so nothing
+            # queued may be sent now; the error is for the record, not for the position.
+            lost = lease is not None and not lease.valid
+            if lost:
+                log.warning("pipeline_failed_without_lease", error=str(exc), rows=pipeline.rows)
+            else:
+                pipeline.store.record_error(str(exc), type(exc).__name__)
             raise
     finally:
         stopper.cancel()

@@ -1,5 +1,7 @@
 """structlog set-up: JSON or console lines on standard error (standard output carries the
-change events when the stdout sink is used), stable event names, no secrets."""
+change events when the stdout sink is used), stable event names, no secrets. Records of
+libraries that use the standard `logging` module (kazoo) go through the same renderer and the
+same locked writer, so that each line is one whole record whatever thread wrote it."""
 
 from __future__ import annotations
 
@@ -26,6 +28,28 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (message and newline together) under structlog's per-file lock.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _StructlogHandler)]:
+        root.removeHandler(handler)
+    root.addHandler(_StructlogHandler())
+    # Libraries' own records from WARNING up (kazoo's INFO is chatty), all of them at debug.
+    root.setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+
+
+class _StructlogHandler(logging.Handler):
+    """Hands a standard-library record to structlog: the event is the library's message,
+    `logger` names the library."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            extra = {"logger": record.name}
+            if record.exc_info:
+                extra["exc_info"] = record.exc_info  # type: ignore[assignment]
+            structlog.get_logger().log(record.levelno, message, **extra)
+        except Exception:
+            self.handleError(record)

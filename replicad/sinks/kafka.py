@@ -155,7 +155,11 @@ class KafkaSink:
                     await asyncio.sleep(1.0)
                     continue
                 raise _fenced_or(err, "cannot initialise Kafka transactions") from None
-        log.info("kafka_transactions_ready", transactional_id=self.transactional_id)
+        log.info(
+            "kafka_transactions_ready",
+            transactional_id=self.transactional_id,
+            instance=self._instance,  # the first part of this sink's `replicad.batch` ids
+        )
         return await asyncio.to_thread(
             read_position, self.config, self.routing.positions_topic, self.pipeline
         )
