@@ -311,15 +311,15 @@ def get_command(client: ZkClient, paths: ZkPaths, command_id: str) -> tuple[Comm
     return Command.from_node(command_id, got[0], path), got[1].version
 
 
+def _command_names(client: ZkClient, paths: ZkPaths) -> list[str]:
+    """The command nodes' names in submission order."""
+    names = _children(client, paths.commands, "list commands")
+    return sorted((n for n in names if n.startswith(COMMAND_PREFIX)), key=sequence_of)
+
+
 def list_commands(client: ZkClient, paths: ZkPaths, *, pending_only: bool = False) -> list[Command]:
     """Commands in submission order (the oldest first)."""
-    names = [
-        n
-        for n in _children(client, paths.commands, "list commands")
-        if n.startswith(COMMAND_PREFIX)
-    ]
-    names.sort(key=sequence_of)
-    pending = [(n, client.kazoo.get_async(paths.command(n))) for n in names]
+    pending = [(n, client.kazoo.get_async(paths.command(n))) for n in _command_names(client, paths)]
     out: list[Command] = []
     for name, result in pending:
         try:
@@ -332,6 +332,52 @@ def list_commands(client: ZkClient, paths: ZkPaths, *, pending_only: bool = Fals
         if command.pending or not pending_only:
             out.append(command)
     return out
+
+
+# Completed commands are kept for the operators who wait on them and for `status`, then
+# pruned: those beyond the newest KEEP_COMPLETED that completed over PRUNE_AFTER_S ago.
+KEEP_COMPLETED_COMMANDS = 20
+PRUNE_COMPLETED_AFTER_S = 600.0
+
+
+def prune_commands(
+    client: ZkClient,
+    paths: ZkPaths,
+    *,
+    keep: int = KEEP_COMPLETED_COMMANDS,
+    older_than_s: float = PRUNE_COMPLETED_AFTER_S,
+) -> list[str]:
+    """Delete old completed commands (never a queued one); returns the ids deleted. Each
+    delete checks the version read, so a node that changed meanwhile stays."""
+    completed: list[tuple[Command, int]] = []
+    for name in _command_names(client, paths):
+        try:
+            completed_or_queued = get_command(client, paths, name)
+        except CommandError:
+            continue  # deleted meanwhile
+        if not completed_or_queued[0].pending:
+            completed.append(completed_or_queued)
+    cutoff_ms = now_ms() - older_than_s * 1000
+    doomed = [
+        (command, version)
+        for command, version in completed[: max(0, len(completed) - keep)]
+        if (command.completed_ms or 0) < cutoff_ms
+    ]
+    deleted: list[str] = []
+    for command, version in doomed:
+        try:
+            client.wait(
+                client.kazoo.delete_async(paths.command(command.id), version=version),
+                what="prune a command",
+                path=paths.command(command.id),
+                allow=(NoNodeError, BadVersionError),
+            )
+            deleted.append(command.id)
+        except (NoNodeError, BadVersionError):
+            continue
+    if deleted:
+        log.info("zk_commands_pruned", pipeline=paths.pipeline, commands=len(deleted))
+    return deleted
 
 
 def wait_command(client: ZkClient, paths: ZkPaths, command_id: str, timeout_s: float) -> Command:

@@ -38,6 +38,7 @@ from replicad.coordination.zk_ops import (
     parse_position_record,
     position_from_record,
     position_record,
+    prune_commands,
     read_schema,
     record_error,
     schema_inline,
@@ -317,4 +318,8 @@ class LeaderWrites:
                 command=command_id,
             )
         self._log.info("zk_command_completed", command=command_id, op=command.op, state=state)
+        try:
+            prune_commands(self.client, self.paths)
+        except CoordinationError as exc:  # housekeeping: the next completion tries again
+            self._log.warning("zk_command_prune_failed", error=str(exc))
         return done

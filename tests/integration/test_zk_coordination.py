@@ -693,3 +693,35 @@ async def test_schema_blob_inline_and_split(
     assert read_schema(client, paths) == b"tiny" and lead.load_position() == pos(5)
     with raw_client(zookeeper) as kz:
         assert kz.get_children(paths.schema) == []
+
+
+@pytest.mark.asyncio
+async def test_completed_commands_are_pruned_queued_ones_never(
+    zookeeper: str, zk_root: str, clients: Callable[[ZookeeperConfig], ZkClient]
+) -> None:
+    """Completing a command prunes the completed ones beyond the newest 20 that completed
+    over 10 minutes ago; a queued command is never pruned, however old."""
+    paths = ZkPaths(zk_root, "default", "orders")
+    client = clients(zk_config(zookeeper, zk_root))
+    await client.start_async(timeout_s=15)
+    lead = Leadership(client, paths)
+    await within(lead.campaign(), 10, "leadership")
+    queued_old = submit_command(client, paths, "noop")
+    done = [submit_command(client, paths, "noop") for _ in range(22)]
+    for command in done:
+        lead.complete_command(command.id, "applied")
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    with raw_client(zookeeper) as kz:
+        for command in [*done[:2], queued_old]:  # age two completed ones and the queued one
+            path = paths.command(command.id)
+            node = json.loads(kz.get(path)[0])
+            node["ts_ms"] = hour_ago
+            if node["state"] != "queued":
+                node["completed_ms"] = hour_ago
+            kz.set(path, json.dumps(node).encode())
+    last = submit_command(client, paths, "noop")
+    lead.complete_command(last.id, "applied")
+    left = [c.id for c in list_commands(client, paths)]
+    # 23 completed: the 3 oldest are beyond the newest 20, and 2 of them are old enough.
+    assert left == [queued_old.id, *(c.id for c in done[2:]), last.id], left
+    assert [c.id for c in list_commands(client, paths, pending_only=True)] == [queued_old.id]
