@@ -415,9 +415,9 @@ class Pipeline:
             read=str(self.committed),
             rows=self.rows,
         )
-        await self.stream.close()
-        for sink in self.sinks:
+        for sink in self.sinks:  # first: closing the source connection may take a while
             sink.abandon()
+        await self.stream.close()
 
     async def close(self, failed: bool = False) -> None:
         """Stop reading, let the sinks deliver what was published (for at most
