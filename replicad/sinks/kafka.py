@@ -496,6 +496,13 @@ class KafkaSink:
         topic = self.routing.positions_topic
         if topic not in self.topics.ready:
             await self.topics.ensure(topic, compacted=True)
+        # Kafka hides an unfinished transaction from read_committed readers; a broker that does
+        # not (tansu) would show a new leader the position record of a batch whose other
+        # messages never left a killed producer, and it would resume after them. So the
+        # position record goes out only once every data message of the batch is acknowledged:
+        # on any broker, a visible position record means the whole batch is written.
+        deadline = time.monotonic() + self._transaction_timeout_s
+        await self._wait_for_acks(deadline, position)
         record = {
             "pipeline": self.pipeline,
             "position": position.to_json(),
@@ -509,7 +516,6 @@ class KafkaSink:
             if not self._produce(topic, self.pipeline.encode(), orjson.dumps(record), None, unit):
                 raise SinkUnavailableError("Kafka producer queue stays full", topic=topic)
         # Retried until the transaction timeout: past it the broker aborts it anyway.
-        deadline = time.monotonic() + self._transaction_timeout_s
         self._committing = True
         try:
             await self._commit_until(deadline, position)
@@ -519,6 +525,24 @@ class KafkaSink:
         self._committed_seq = seq
         self.tracker.acked()  # every unit up to this mark is delivered now
         log.debug("kafka_batch_committed", position=str(position), seq=seq)
+
+    async def _wait_for_acks(self, deadline: float, position: Position) -> None:
+        """Until librdkafka holds no unacknowledged message (delivery reports served on this
+        thread: they touch the tracker)."""
+        while len(self.producer):
+            self._poll()
+            if self._fatal is not None:
+                raise self._fatal
+            if time.monotonic() > deadline:
+                self._abort_after_failed_commit()
+                raise SinkUnavailableError(
+                    f"the messages of a Kafka transaction were not acknowledged within "
+                    f"{self._transaction_timeout_s:g} s; a restart resumes from the last "
+                    "committed position",
+                    position=str(position),
+                    queued=len(self.producer),
+                )
+            await asyncio.sleep(0.002)
 
     async def _commit_until(self, deadline: float, position: Position) -> None:
         while True:

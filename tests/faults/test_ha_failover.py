@@ -385,7 +385,8 @@ def test_exactly_once_failover_has_no_duplicates(
     position record never committed and is dropped, as Kafka would hide it. A batch whose
     position record is visible although its commit did not finish (killed in between) is
     visible on tansu with that record, and the new leader, reading the record there, resumes
-    after it: it is kept and must not be repeated either.
+    after it: it is kept and must not be repeated either. The sink writes the position record
+    only once the batch's data messages are acknowledged, so such a batch is whole.
 
     Oracles:
     - the kept messages, folded per key in binlog order (as the at-least-once test does),
