@@ -9,6 +9,12 @@
 #       a private 3-node ensemble under <dir>/zk1..zk3; member N (1-3) serves clients on
 #       base+N-1 and uses base+10+N-1 (quorum) and base+20+N-1 (leader election); without
 #       members, up/down/status act on all three; start waits until the member has joined
+#   scripts/services.sh zk-sasl up|down|kill <dir> <client port> [enforce]
+#       a private standalone ZooKeeper with SASL DIGEST-MD5 logins (JAAS users from
+#       $REPLICAD_ZK_SASL_USERS, "user:password ...", default: ZK_SASL_DEFAULT_USERS below)
+#       and the sasl ACL scheme; with `enforce`, a session that has not logged in with SASL
+#       is closed at its first request (enforce.auth.enabled). up restarts an instance whose
+#       users or options changed
 # Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper.
 # `down kafka` stops only the broker (gracefully): s3 keeps its data for the next `up kafka`.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
@@ -350,6 +356,8 @@ kafka_status() {
 # ensemble is a loop over instances that pass a myid and the server.N lines.
 zk_dir="$STATE/zookeeper"
 ZK_CLASSPATH=/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+ZK_EXTRA_CFG=()  # more zoo.cfg lines (zk_write_cfg), e.g. for SASL
+ZK_EXTRA_JVM=()  # more JVM options (zk_instance_up)
 
 zk_install() {
   command -v java >/dev/null || apt_install default-jre-headless
@@ -375,6 +383,7 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,mntr
 maxClientCnxns=0
 EOF
+  [ ${#ZK_EXTRA_CFG[@]} -eq 0 ] || printf '%s\n' "${ZK_EXTRA_CFG[@]}" >>"$dir/zoo.cfg"
   if [ $# -gt 0 ]; then
     echo "$1" >"$dir/data/myid"; shift
     printf '%s\n' "$@" >>"$dir/zoo.cfg"
@@ -390,7 +399,7 @@ zk_instance_up() { # zk_instance_up <dir> <client port> [<myid> <server lines>..
     log "port $port is taken by a process this script did not start"; return 1
   fi
   start_daemon "$pidfile" "$dir/zookeeper.log" java -Xms32m -Xmx256m -XX:+UseSerialGC \
-    -XX:TieredStopAtLevel=1 -cp "$ZK_CLASSPATH" \
+    -XX:TieredStopAtLevel=1 "${ZK_EXTRA_JVM[@]}" -cp "$ZK_CLASSPATH" \
     org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
 }
 
@@ -493,6 +502,69 @@ zk_ensemble_cmd() { # zk-ensemble up|down|kill|start|status <dir> <base port> [m
   esac
 }
 
+# SASL: ZooKeeper's DigestLoginModule reads the users from the JAAS "Server" section
+# (user_<name>="<password>"); SASLAuthenticationProvider makes `sasl:<name>` ACLs work.
+# Test credentials only: passwords without spaces, quotes or backslashes.
+ZK_SASL_DEFAULT_USERS="replicad:replicad-sasl-secret other:other-sasl-secret"
+
+zk_sasl_jaas() { # zk_sasl_jaas <dir>: <dir>/jaas.conf (mode 600) from $REPLICAD_ZK_SASL_USERS
+  local dir=$1 entry user pass entries=() options=()
+  read -ra entries <<<"${REPLICAD_ZK_SASL_USERS:-$ZK_SASL_DEFAULT_USERS}"  # no globbing
+  for entry in "${entries[@]}"; do
+    user=${entry%%:*} pass=${entry#*:}
+    if [[ "$entry" != *:* || ! "$user" =~ ^[A-Za-z0-9_.-]+$ || -z "$pass" \
+          || "$pass" == *[\"\\]* ]]; then
+      log "bad REPLICAD_ZK_SASL_USERS entry for user '$user' (want user:password)"; return 1
+    fi
+    options+=("    user_$user=\"$pass\"")
+  done
+  [ ${#options[@]} -gt 0 ] || { log "REPLICAD_ZK_SASL_USERS names no user"; return 1; }
+  mkdir -p "$dir"
+  ( umask 077
+    { echo "Server {"
+      echo "    org.apache.zookeeper.server.auth.DigestLoginModule required"
+      printf '%s\n' "${options[@]}"
+      echo "    ;"
+      echo "};"
+    } >"$dir/jaas.conf.new" )
+  mv -f "$dir/jaas.conf.new" "$dir/jaas.conf"
+}
+
+zk_sasl_cmd() { # zk-sasl up|down|kill <dir> <client port> [enforce]
+  local action=${1:-} dir=${2:-} port=${3:-} mode=${4:-} want
+  local usage="usage: $0 zk-sasl up|down|kill <dir> <client port> [enforce]"
+  [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
+  case "$action" in
+    up)
+      [ -n "$port" ] || { echo "zk-sasl up needs a client port" >&2; exit 2; }
+      case "$mode" in ""|enforce) ;; *) echo "$usage" >&2; exit 2 ;; esac
+      zk_install
+      dir=$(mkdir -p "$dir" && cd "$dir" && pwd)  # the JVM gets absolute paths
+      zk_sasl_jaas "$dir"
+      ZK_EXTRA_CFG=("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+      if [ "$mode" = enforce ]; then
+        ZK_EXTRA_CFG+=("enforce.auth.enabled=true" "enforce.auth.schemes=sasl")
+      fi
+      ZK_EXTRA_JVM=("-Djava.security.auth.login.config=$dir/jaas.conf")
+      zk_write_cfg "$dir" "$port"
+      # The server reads zoo.cfg and the JAAS users once, at start: a running instance with
+      # other settings (or one started by zk-instance on this dir) is restarted.
+      want=$(cat "$dir/zoo.cfg" "$dir/jaas.conf" | sha1sum | cut -c1-40)
+      if pid_alive "$dir/zookeeper.pid" QuorumPeerMain \
+         && [ "$(cat "$dir/sasl.sha1" 2>/dev/null)" != "$want" ]; then
+        log "zookeeper on $port runs with other SASL settings: restarting it"
+        zk_instance_down "$dir"
+      fi
+      zk_instance_up "$dir" "$port"
+      echo "$want" >"$dir/sasl.sha1"
+      zk_instance_wait "$dir" "$port"
+      log "zookeeper (SASL${mode:+, enforced}) up on 127.0.0.1:$port" ;;
+    down) zk_instance_down "$dir" ;;
+    kill) zk_instance_kill "$dir" ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+}
+
 zookeeper_up() {
   zk_install
   if pid_alive "$zk_dir/zookeeper.pid" QuorumPeerMain && zk_ruok "$ZK_PORT"; then
@@ -519,6 +591,7 @@ zookeeper_status() {
 case ${1:-} in
   zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
   zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;
+  zk-sasl) shift; zk_sasl_cmd "$@"; exit 0 ;;
 esac
 cmd=${1:-up}; shift || true
 wanted=" $* "; [ $# -eq 0 ] && wanted=" ${ALL_SERVICES[*]} "

@@ -1,7 +1,8 @@
-"""ZooKeeper helpers for tests: private servers and a private ensemble (scripts/services.sh
-zk-instance / zk-ensemble), unique roots deleted afterwards, a raw kazoo client to look at
-nodes from outside replicad, a forced session expiry, polling with deadlines, and a leader
-that runs as a subprocess so that a test can SIGSTOP it (`python -m tests.zk_helpers zombie`).
+"""ZooKeeper helpers for tests: private servers, a private ensemble and a private SASL server
+(scripts/services.sh zk-instance / zk-ensemble / zk-sasl), unique roots deleted afterwards, a
+raw kazoo client to look at nodes from outside replicad, a forced session expiry, polling with
+deadlines, and a leader that runs as a subprocess so that a test can SIGSTOP it
+(`python -m tests.zk_helpers zombie`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import socket
 import subprocess
@@ -77,8 +79,13 @@ def free_port_block(count: int, low: int = 21000, high: int = 39000) -> int:
 
 
 # ---------------------------------------------------------------------------------- servers
-def _services(*args: str) -> None:
-    subprocess.run(["bash", str(SERVICES), *args], check=True, timeout=120)
+def _services(*args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run(
+        ["bash", str(SERVICES), *args],
+        check=True,
+        timeout=120,
+        env={**os.environ, **env} if env else None,
+    )
 
 
 class ZkServer:
@@ -100,6 +107,42 @@ class ZkServer:
 
     def down(self) -> None:
         _services("zk-instance", "down", str(self.dir))
+
+
+class ZkSaslServer(ZkServer):
+    """A private standalone ZooKeeper whose clients log in with SASL DIGEST-MD5 as one of
+    `users` (name -> password, the JAAS Server section); `enforce`: sessions without a SASL
+    login are closed at their first request."""
+
+    def __init__(
+        self,
+        directory: Path,
+        users: dict[str, str],
+        *,
+        enforce: bool = False,
+        port: int | None = None,
+    ) -> None:
+        super().__init__(directory, port)
+        self.users = dict(users)
+        self.enforce = enforce
+
+    def up(self) -> None:
+        users = " ".join(f"{name}:{password}" for name, password in self.users.items())
+        mode = ["enforce"] if self.enforce else []
+        _services(
+            "zk-sasl",
+            "up",
+            str(self.dir),
+            str(self.port),
+            *mode,
+            env={"REPLICAD_ZK_SASL_USERS": users},
+        )
+
+    def kill(self) -> None:
+        _services("zk-sasl", "kill", str(self.dir))
+
+    def down(self) -> None:
+        _services("zk-sasl", "down", str(self.dir))
 
 
 class ZkEnsemble:
@@ -154,9 +197,20 @@ def zk_config(hosts: str, root: str, **overrides: Any) -> ZookeeperConfig:
 
 
 @contextmanager
-def raw_client(hosts: str, *, auth: tuple[str, str] | None = None) -> Iterator[KazooClient]:
-    """A plain kazoo client (no replicad code), to look at or meddle with nodes."""
-    client = KazooClient(hosts=hosts, timeout=10, auth_data=[auth] if auth else None)
+def raw_client(
+    hosts: str,
+    *,
+    auth: tuple[str, str] | None = None,
+    sasl: tuple[str, str] | None = None,
+) -> Iterator[KazooClient]:
+    """A plain kazoo client (no replicad code), to look at or meddle with nodes; `auth` is
+    (scheme, credential) auth data, `sasl` a (user, password) DIGEST-MD5 login."""
+    sasl_options = (
+        {"mechanism": "DIGEST-MD5", "username": sasl[0], "password": sasl[1]} if sasl else None
+    )
+    client = KazooClient(
+        hosts=hosts, timeout=10, auth_data=[auth] if auth else None, sasl_options=sasl_options
+    )
     client.start(timeout=15)
     try:
         yield client

@@ -23,6 +23,7 @@ from kazoo.exceptions import (
     KazooException,
     NoAuthError,
     OperationTimeoutError,
+    SessionClosedRequireSaslError,
     SessionExpiredError,
 )
 from kazoo.interfaces import IAsyncResult
@@ -94,6 +95,12 @@ def map_kazoo_error(exc: BaseException, what: str, **context: object) -> Coordin
         )
     if isinstance(exc, AuthFailedError):
         return CoordinationAuthError(f"{what}: ZooKeeper rejected the credentials", **context)
+    if isinstance(exc, SessionClosedRequireSaslError):
+        return CoordinationAuthError(
+            f"{what}: ZooKeeper requires a SASL login (coordination.zookeeper.auth scheme "
+            "sasl) and closed the session",
+            **context,
+        )
     if isinstance(exc, (ConnectionLoss, SessionExpiredError, OperationTimeoutError)):
         return CoordinationUnavailableError(
             f"{what}: ZooKeeper connection lost ({name})", **context
@@ -335,6 +342,10 @@ class ZkClient:
         self._last_state: str | None = None
         self._session_seen: int | None = None
         self._closed = False
+        # Set (for good: kazoo stops connecting) when the server refused the login. kazoo's
+        # AUTH_FAILED state lasts only until its connection thread ends (then CLOSED), so
+        # the listener records it; every later wait raises CoordinationAuthError.
+        self._auth_failed = False
         self._log = log.bind(worker=self.identity.worker_id)
         self.kazoo.add_listener(self._on_state)
 
@@ -389,7 +400,13 @@ class ZkClient:
         elif name == KazooState.SUSPENDED:
             self._log.warning("zk_suspended", session=f"{self._session_seen or 0:#x}")
         elif self.kazoo.client_state == KeeperState.AUTH_FAILED:
-            self._log.error("zk_auth_failed", hosts=self.config.hosts)
+            self._auth_failed = True
+            self._log.error(
+                "zk_auth_failed",
+                hosts=self.config.hosts,
+                scheme=self.config.auth.scheme if self.config.auth else None,
+                user=self.config.auth.username if self.config.auth else None,
+            )
         elif self._last_state is not None:
             self._log.warning("zk_lost")
         self._last_state = name
@@ -403,14 +420,37 @@ class ZkClient:
         return None
 
     # -------------------------------------------------------------- start / stop
+    def _auth_error(self, what: str | None = None, **context: object) -> CoordinationAuthError:
+        """The operator error for a refused login: hosts, scheme and user, never the password."""
+        auth = self.config.auth
+        scheme = auth.scheme if auth is not None else None
+        reason = (
+            f"ZooKeeper authentication failed: the server rejected the {scheme} login "
+            "(wrong user or password, or a user the server does not know)"
+            if auth is not None
+            else "ZooKeeper authentication failed: the server refused this client"
+        )
+        where = {
+            **context,
+            "hosts": self.config.hosts,
+            "scheme": scheme,
+            "user": auth.username if auth is not None else None,
+        }
+        return CoordinationAuthError(f"{what}: {reason}" if what else reason, **where)
+
     def _check_auth_failed(self) -> None:
-        if self.kazoo.client_state == KeeperState.AUTH_FAILED:
+        if self._auth_failed or self.kazoo.client_state == KeeperState.AUTH_FAILED:
+            self._auth_failed = True
             self.kazoo.stop()
-            raise CoordinationAuthError(
-                "ZooKeeper rejected the credentials",
-                hosts=self.config.hosts,
-                user=self.config.auth.username if self.config.auth else None,
-            )
+            raise self._auth_error()
+
+    def _login_probe(self) -> IAsyncResult | None:
+        """kazoo reports CONNECTED before it sends the credentials (SASL exchange, digest
+        auth packets): a request queued now is answered only once the server accepted them,
+        and fails with AuthFailedError if it refused them. None without credentials."""
+        if self.config.auth is None:
+            return None
+        return self.kazoo.exists_async("/")
 
     def start(self, timeout_s: float | None = None) -> None:
         """Connect, waiting as long as it takes (or `timeout_s`): ZooKeeper being down is
@@ -433,6 +473,15 @@ class ZkClient:
                 )
                 next_log = now + self.config.connect_timeout_s
         self._check_auth_failed()
+        probe = self._login_probe()
+        if probe is not None:
+            try:
+                self.wait(probe, what="confirm the ZooKeeper login")
+            except CoordinationAuthError:
+                self.kazoo.stop()
+                raise
+            except CoordinationError:
+                pass  # the connection dropped meanwhile: waited out like any outage later
 
     async def start_async(self, timeout_s: float | None = None) -> None:
         """`start()` for asyncio code: polls instead of blocking the loop."""
@@ -443,6 +492,15 @@ class ZkClient:
         except CoordinationUnavailableError:
             self.kazoo.stop()  # give up connecting: start_async() may be called again
             raise
+        probe = self._login_probe()
+        if probe is not None:
+            try:
+                await self.wait_async(probe, what="confirm the ZooKeeper login")
+            except CoordinationAuthError:
+                self.kazoo.stop()
+                raise
+            except CoordinationError:
+                pass  # the connection dropped meanwhile: waited out like any outage later
 
     async def wait_connected(
         self, timeout_s: float | None = None, *, started: float | None = None
@@ -501,7 +559,17 @@ class ZkClient:
         except allow:
             raise
         except KazooException as exc:
-            raise map_kazoo_error(exc, what, **context) from None
+            raise self._map_error(exc, what, **context) from None
+
+    def _map_error(self, exc: BaseException, what: str, **context: object) -> CoordinationError:
+        """map_kazoo_error, except after a refused login: then whatever kazoo raises (auth
+        failed, connection closed) is that operator error, naming hosts and user."""
+        if self._auth_failed and not isinstance(exc, NoAuthError):
+            return self._auth_error(what, **context)
+        error = map_kazoo_error(exc, what, **context)
+        if isinstance(error, CoordinationAuthError):
+            error.with_context(hosts=self.config.hosts)
+        return error
 
     async def wait_async(
         self,
@@ -542,4 +610,4 @@ class ZkClient:
         except allow:
             raise
         except KazooException as exc:
-            raise map_kazoo_error(exc, what, **context) from None
+            raise self._map_error(exc, what, **context) from None

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kazoo.exceptions import ConnectionLoss, NoAuthError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoAuthError,
+    SessionClosedRequireSaslError,
+    SessionExpiredError,
+)
 from kazoo.security import make_digest_acl
 
 from replicad.config import ZookeeperConfig, load_config
@@ -210,6 +215,8 @@ def test_kazoo_errors_become_typed_errors() -> None:
     refused = map_kazoo_error(NoAuthError(), "read", path="/p")
     assert isinstance(refused, CoordinationAuthError) and isinstance(refused, AuthError)
     assert refused.context["path"] == "/p"
+    sasl_required = map_kazoo_error(SessionClosedRequireSaslError(), "read")
+    assert isinstance(sasl_required, CoordinationAuthError) and "SASL" in str(sasl_required)
     assert issubclass(FencedError, LeadershipLostError)
     assert issubclass(LeaseInvalidError, CoordinationUnavailableError)
     assert issubclass(CoordinationDataError, PositionStoreError)
