@@ -125,3 +125,16 @@ class LeadershipLostError(CoordinationError):
 
 class FencedError(LeadershipLostError):
     """A write was refused because a newer leader bumped the epoch (the fencing token)."""
+
+
+class RelayError(ReplicadError):
+    """The relay log could not be written or read."""
+
+
+class RelayCorruptError(RelayError):
+    """A relay segment holds bytes that fail their checksum or framing: names the segment and
+    the byte offset."""
+
+
+class RelayTornError(RelayCorruptError):
+    """A segment ends inside a record or a transaction (a crash while writing it)."""

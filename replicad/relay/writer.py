@@ -1,0 +1,444 @@
+"""Appending to the relay log: segments rotated at transaction boundaries, an fsync policy,
+and recovery of the tail at open.
+
+Durability by `fsync` policy (what survives a power loss or kernel crash; a crash of the
+process alone never loses what `commit()` handed to the OS):
+- `transaction`: fdatasync before `commit()` returns: every committed transaction survives.
+- `interval`: fdatasync at most every `fsync_interval_ms`: at most that much is lost.
+- `os`: no fdatasync until rotation or close: whatever the OS had not written back is lost.
+What is lost is re-fetched from the primary: the relay resumes after the last transaction
+found whole, and the stored checkpoint never passes what the sinks acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import structlog
+
+from replicad.errors import RelayCorruptError, RelayError
+from replicad.relay.files import SegmentScan, file_size
+from replicad.relay.manifest import (
+    Manifest,
+    SegmentInfo,
+    load_manifest,
+    save_manifest,
+    segment_name,
+    segment_number,
+)
+from replicad.relay.records import encode_record
+from replicad.relay.segment import (
+    Commit,
+    Footer,
+    SegmentHeader,
+    encode_end,
+    encode_footer,
+    encode_header,
+    encode_part,
+)
+from replicad.source.position import Position
+
+log = structlog.get_logger("replicad.relay")
+
+FsyncPolicy = Literal["transaction", "interval", "os"]
+
+
+@dataclass(slots=True, frozen=True)
+class RelayOptions:
+    segment_bytes: int = 128 << 20  # rotate (at a transaction boundary) past this size
+    part_bytes: int = 1 << 20  # a transaction's events are written in parts of about this
+    fsync: FsyncPolicy = "interval"
+    fsync_interval_ms: int = 200
+    manifest_interval_s: float = 1.0  # the manifest's durable offset is refreshed this often
+
+
+@dataclass(slots=True, frozen=True)
+class Recovery:
+    """What `open()` found: where the relay ends, and what it cut off its tail."""
+
+    segment: str | None
+    position: Position | None  # after the last whole transaction (None: empty relay)
+    truncated_bytes: int = 0
+    reason: str | None = None
+    adopted: str | None = None  # a segment created but not yet in the manifest
+
+
+def _format_identity(fde: bytes, checksums: bool) -> bytes:
+    """A FORMAT_DESCRIPTION event without what changes between files of the same format:
+    its header (timestamp, positions), its create timestamp and its CRC trailer."""
+    body = fde[19 : len(fde) - 4] if checksums else fde[19:]
+    return body[:52] + body[56:]
+
+
+class RelayWriter:
+    def __init__(self, directory: Path, options: RelayOptions | None = None, *, source: str = "?"):
+        self.directory = directory
+        self.options = options or RelayOptions()
+        self.source = source
+        self.manifest = Manifest()
+        self._fd: int | None = None
+        self._offset = 0  # bytes in the current segment, as handed to the OS
+        self._last: Position | None = None  # after the last committed transaction
+        self._durable_offset = 0
+        self._durable: Position | None = None
+        self._synced_at = time.monotonic()
+        self._manifest_at = 0.0
+        self._format: tuple[bytes, bool] | None = None  # the FDE in force and its checksums flag
+        self._segment_format: bytes | None = None  # identity of the current segment's FDE
+        self._pending: list[bytes] = []  # events of the open transaction not yet written
+        self._pending_bytes = 0
+        self._txn_events = 0
+        self._in_txn = False
+        self._stats = Footer(None, None, 0, 0, 0, 0)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def position(self) -> Position | None:
+        """After the last transaction committed to the relay (handed to the OS)."""
+        return self._last
+
+    @property
+    def durable_position(self) -> Position | None:
+        return self._durable
+
+    @property
+    def segment(self) -> str | None:
+        current = self.manifest.current
+        return None if current is None else current.name
+
+    @property
+    def offset(self) -> int:
+        """Where the current segment's committed data ends (a transaction boundary once the
+        transaction in progress, if any, commits)."""
+        return self._offset
+
+    # ------------------------------------------------------------------ open / recovery
+    def open(self) -> Recovery:
+        """Load the manifest, check the segments it lists, cut a torn tail off the current
+        segment (logging what was dropped) and get ready to append after it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        manifest = load_manifest(self.directory)
+        if manifest is None:
+            strays = sorted(p.name for p in self.directory.glob("relay-*.log"))
+            if strays:
+                raise RelayCorruptError(
+                    "relay segments without a MANIFEST: restore it, or empty the directory to "
+                    "re-fetch from the primary",
+                    directory=str(self.directory),
+                    segments=",".join(strays[:5]),
+                )
+            self.manifest = Manifest()
+            return Recovery(None, None)
+        self.manifest = manifest
+        for info in manifest.segments[:-1]:
+            size = file_size(self.directory / info.name)
+            if size < info.size:
+                raise RelayCorruptError(
+                    f"a sealed relay segment is shorter than the manifest says ({size} < "
+                    f"{info.size} bytes)",
+                    segment=info.name,
+                )
+        adopted = self._adopt_stray()
+        current = manifest.current
+        if current is None:
+            return Recovery(None, None, adopted=adopted)
+        recovery = self._recover_current(current)
+        if adopted:
+            recovery = Recovery(
+                recovery.segment,
+                recovery.position,
+                recovery.truncated_bytes,
+                recovery.reason,
+                adopted,
+            )
+        return recovery
+
+    def _adopt_stray(self) -> str | None:
+        """A rotation writes the new segment before the manifest names it: after a crash in
+        between, the next-numbered segment with a whole header is adopted, any other file
+        that the manifest does not know is left alone and reported."""
+        current = self.manifest.current
+        known = {s.number for s in self.manifest.segments}
+        after = (current.number if current else 0) + 1
+        adopted = None
+        for path in sorted(self.directory.glob("relay-*.log")):
+            number = segment_number(path.name)
+            if number is None or number in known:
+                continue
+            if number == after:
+                scan = SegmentScan(path)
+                try:
+                    header = scan.read_header()
+                except RelayCorruptError:
+                    log.warning(
+                        "relay_stray_segment_removed", segment=path.name, reason="no header"
+                    )
+                    path.unlink()
+                    continue
+                if current is not None:
+                    current.sealed = True
+                self.manifest.segments.append(SegmentInfo(number, header.start))
+                self.manifest.durable_offset = scan.header_end
+                self.manifest.durable_position = header.start
+                adopted = path.name
+                log.warning("relay_segment_adopted", segment=path.name)
+            else:
+                raise RelayCorruptError(
+                    "a relay segment the MANIFEST does not list", segment=path.name
+                )
+        return adopted
+
+    def _recover_current(self, info: SegmentInfo) -> Recovery:
+        path = self.directory / info.name
+        size = file_size(path)
+        manifest = self.manifest
+        if size < manifest.durable_offset:
+            raise RelayCorruptError(
+                f"the current relay segment is shorter ({size} bytes) than the data the "
+                f"manifest recorded as durable ({manifest.durable_offset} bytes)",
+                segment=info.name,
+                offset=size,
+            )
+        # The whole segment is scanned (not only past the durable offset): it is checked,
+        # and its footer-to-be counts every transaction in it.
+        scan = SegmentScan(path)
+        reason = None
+        try:
+            for _ in scan.chunks():
+                pass
+        except RelayCorruptError as exc:  # RelayTornError included: cut the tail there
+            if scan.header is None:
+                raise
+            if scan.end < manifest.durable_offset:
+                raise RelayCorruptError(
+                    "damage before the data the manifest recorded as durable: resume by "
+                    "re-fetching from the primary (empty the relay directory)",
+                    segment=info.name,
+                    offset=exc.context.get("offset"),
+                    error=exc.reason,
+                ) from None
+            reason = str(exc)
+        assert scan.header is not None
+        last = scan.last.position if scan.last is not None else scan.header.start
+        truncated = size - scan.end
+        if truncated:
+            with open(path, "r+b") as f:
+                f.truncate(scan.end)
+                os.fsync(f.fileno())
+            log.warning(
+                "relay_tail_truncated",
+                segment=info.name,
+                offset=scan.end,
+                dropped_bytes=truncated,
+                reason=reason or "bytes after the last whole transaction",
+                position=str(last),
+            )
+        self._open_segment_file(info.name, scan.end)
+        self._segment_format = _format_identity(
+            scan.header.format_description, scan.header.checksums
+        )
+        self._format = (scan.header.format_description, scan.header.checksums)
+        self._last = last
+        self._durable_offset, self._durable = scan.end, last
+        if scan.footer is not None:
+            info.sealed = True
+        self._stats = Footer(
+            scan.first.position if scan.first else None,
+            last,
+            scan.max_commit_ts,
+            scan.transactions,
+            scan.events,
+            0,
+        )
+        manifest.durable_offset, manifest.durable_position = scan.end, last
+        info.size = scan.end
+        save_manifest(self.directory, manifest)
+        return Recovery(info.name, last, truncated, reason)
+
+    # ------------------------------------------------------------------ appending
+    def set_format(self, format_description: bytes, checksums: bool) -> None:
+        """The FORMAT_DESCRIPTION event now in force (sent at every dump start and binlog
+        file). A different format starts a new segment at the next transaction."""
+        self._format = (bytes(format_description), checksums)
+
+    def append(self, event: bytes) -> None:
+        """One raw event of the transaction in progress."""
+        if not self._in_txn:
+            self._start_transaction()
+        self._pending.append(event)
+        self._pending_bytes += len(event) + 4
+        self._txn_events += 1
+        if self._pending_bytes >= self.options.part_bytes:
+            self._write(encode_part(self._pending))
+            self._pending, self._pending_bytes = [], 0
+
+    def commit(self, position: Position, commit_ts: int) -> None:
+        """End the transaction in progress (its last events included) at `position`."""
+        if not self._in_txn:
+            self._start_transaction()
+        commit = Commit(position, commit_ts, self._txn_events)
+        self._write(encode_end(commit, self._pending))
+        self._pending, self._pending_bytes, self._txn_events = [], 0, 0
+        self._in_txn = False
+        self._last = position
+        s = self._stats
+        self._stats = Footer(
+            s.first or position,
+            position,
+            max(s.max_commit_ts, commit_ts),
+            s.transactions + 1,
+            s.events + commit.events,
+            0,
+        )
+        if self.options.fsync == "transaction":
+            self.sync()
+        elif self.options.fsync == "interval":
+            self.sync_if_due()
+
+    def abort(self) -> None:
+        """Forget the transaction in progress (the source reconnected mid-transaction: it
+        comes again whole). Parts already written are cut off the segment."""
+        if not self._in_txn:
+            return
+        self._pending, self._pending_bytes, self._txn_events = [], 0, 0
+        self._in_txn = False
+        if self._offset != self._txn_start:
+            assert self._fd is not None
+            os.ftruncate(self._fd, self._txn_start)
+            self._offset = self._txn_start
+
+    def _start_transaction(self) -> None:
+        if self._format is None:
+            raise RelayError("no FORMAT_DESCRIPTION event before the first transaction")
+        fmt = _format_identity(*self._format)
+        current = self.manifest.current
+        if (
+            current is None
+            or current.sealed
+            or self._offset >= self.options.segment_bytes
+            or (fmt != self._segment_format and self._stats.transactions)
+        ):
+            self._rotate()
+        self._in_txn = True
+        self._txn_start = self._offset
+
+    def _write(self, payload: bytes) -> None:
+        data = encode_record(payload, self._offset)
+        assert self._fd is not None
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            written = len(data) - len(view)
+            raise RelayError(
+                f"cannot write the relay: {exc.strerror}",
+                segment=self.segment,
+                offset=self._offset + written,
+            ) from None
+        self._offset += len(data)
+
+    # ------------------------------------------------------------------ durability
+    def sync(self) -> None:
+        """fdatasync the current segment; the manifest follows at most every
+        `manifest_interval_s` (it only ever names synced data)."""
+        if self._fd is None or self._in_txn:
+            return
+        if self._durable_offset != self._offset:
+            try:
+                os.fdatasync(self._fd)
+            except OSError as exc:
+                raise RelayError(
+                    f"cannot fsync the relay: {exc.strerror}", segment=self.segment
+                ) from None
+            self._durable_offset, self._durable = self._offset, self._last
+        self._synced_at = time.monotonic()
+        if time.monotonic() - self._manifest_at >= self.options.manifest_interval_s:
+            self._save_manifest()
+
+    def sync_if_due(self) -> None:
+        if time.monotonic() - self._synced_at >= self.options.fsync_interval_ms / 1000:
+            self.sync()
+
+    def _save_manifest(self) -> None:
+        manifest = self.manifest
+        current = manifest.current
+        if current is not None:
+            current.size = self._durable_offset
+        manifest.durable_offset, manifest.durable_position = self._durable_offset, self._durable
+        save_manifest(self.directory, manifest)
+        self._manifest_at = time.monotonic()
+
+    def close(self) -> None:
+        """Sync what was committed (a transaction in progress is dropped) and close."""
+        if self._fd is None:
+            return
+        self.abort()
+        self._manifest_at = 0.0
+        self.sync()
+        os.close(self._fd)
+        self._fd = None
+
+    # ------------------------------------------------------------------ segments
+    def _rotate(self) -> None:
+        """Seal the current segment (footer, fsync) and start the next one; the manifest
+        names the new segment only once its header is durable."""
+        assert self._format is not None
+        current = self.manifest.current
+        if current is not None and self._fd is not None:
+            if not current.sealed:
+                s = self._stats
+                self._write(
+                    encode_footer(
+                        Footer(
+                            s.first,
+                            s.last,
+                            s.max_commit_ts,
+                            s.transactions,
+                            s.events,
+                            int(time.time() * 1000),
+                        )
+                    )
+                )
+            os.fdatasync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            current.sealed = True
+            current.size = self._offset
+            current.first, current.last = self._stats.first, self._stats.last
+            current.max_commit_ts = self._stats.max_commit_ts
+            current.transactions = self._stats.transactions
+        number = (current.number if current else 0) + 1
+        fde, checksums = self._format
+        header = SegmentHeader(number, int(time.time() * 1000), self.source, checksums,
+                               self._last, fde)  # fmt: skip
+        name = segment_name(number)
+        path = self.directory / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fd, self._offset = fd, 0
+        self._write(encode_header(header))
+        os.fdatasync(fd)
+        _fsync_dir(self.directory)
+        self.manifest.segments.append(SegmentInfo(number, self._last))
+        self._segment_format = _format_identity(fde, checksums)
+        self._stats = Footer(None, None, 0, 0, 0, 0)
+        self._durable_offset, self._durable = self._offset, self._last
+        self._save_manifest()
+        log.info("relay_segment_started", segment=name, start=str(self._last))
+
+    def _open_segment_file(self, name: str, offset: int) -> None:
+        fd = os.open(self.directory / name, os.O_WRONLY)
+        os.lseek(fd, offset, os.SEEK_SET)
+        self._fd, self._offset = fd, offset
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,52 @@
+"""Shared by the relay tests: a fake FORMAT_DESCRIPTION event and random transactions.
+The relay stores event bytes opaquely (only the FDE's identity matters to it), so random
+bytes are fair events here; tests through the daemon use real binlog events."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from replicad.source.position import Position
+
+
+def fake_fde(server_version: bytes = b"10.11.6-MariaDB", created: int = 0) -> bytes:
+    """19-byte header, binlog version 4, server version (50), create timestamp (4), header
+    length 19, a few post-header lengths, checksum algorithm 1 and a CRC trailer."""
+    body = (
+        (4).to_bytes(2, "little")
+        + server_version.ljust(50, b"\0")
+        + created.to_bytes(4, "little")
+        + bytes([19])
+        + bytes(range(1, 40))
+        + bytes([1])
+    )
+    size = 19 + len(body) + 4
+    header = bytes(4) + bytes([15]) + (1).to_bytes(4, "little") + size.to_bytes(4, "little")
+    header += bytes(6)
+    return header + body + created.to_bytes(4, "little")
+
+
+@dataclass(slots=True)
+class Txn:
+    events: list[bytes]
+    position: Position
+    commit_ts: int
+
+
+def random_transactions(
+    rng: random.Random, n: int, *, start_pos: int = 4, big: int = 0
+) -> list[Txn]:
+    """n transactions of 1..8 events of 0..3000 bytes; `big` of them with 100 KiB events
+    adding up to 1-3 MiB."""
+    out: list[Txn] = []
+    pos = start_pos
+    big_at = set(rng.sample(range(n), min(big, n)))
+    for i in range(n):
+        if i in big_at:
+            events = [rng.randbytes(100 * 1024) for _ in range(rng.randint(10, 30))]
+        else:
+            events = [rng.randbytes(rng.randint(0, 3000)) for _ in range(rng.randint(1, 8))]
+        pos += sum(len(e) for e in events) + 19
+        out.append(Txn(events, Position("mariadb-bin.000001", pos), 1_700_000_000 + i))
+    return out

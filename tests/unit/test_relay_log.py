@@ -1,0 +1,227 @@
+"""The relay log on disk: writer, recovery and reader against a tmp directory (no services).
+Crash safety under SIGKILL is in tests/faults/test_relay_crash.py."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replicad.errors import RelayCorruptError
+from replicad.relay.files import SegmentScan
+from replicad.relay.manifest import MANIFEST, load_manifest
+from replicad.relay.reader import RelayReader
+from replicad.relay.writer import RelayOptions, RelayWriter
+from tests.relay_helpers import Txn, fake_fde, random_transactions
+
+SMALL = RelayOptions(segment_bytes=256 * 1024, part_bytes=64 * 1024, fsync="os")
+
+
+def write(directory: Path, txns: list[Txn], options: RelayOptions = SMALL) -> RelayWriter:
+    writer = RelayWriter(directory, options, source="127.0.0.1:3306")
+    writer.open()
+    writer.set_format(fake_fde(), True)
+    for txn in txns:
+        for event in txn.events:
+            writer.append(event)
+        writer.commit(txn.position, txn.commit_ts)
+    return writer
+
+
+def read_back(directory: Path, after=None) -> list[Txn]:
+    return [
+        Txn(t.events, t.commit.position, t.commit.commit_ts)
+        for t in RelayReader(directory).transactions(after)
+    ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(1, 60),
+    big=st.integers(0, 2),
+    policy=st.sampled_from(["transaction", "interval", "os"]),
+    reopen_at=st.integers(0, 60),
+)
+def test_transactions_round_trip_across_rotations_and_reopen(
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    n: int,
+    big: int,
+    policy: str,
+    reopen_at: int,
+) -> None:
+    directory = tmp_path_factory.mktemp("relay")
+    rng = random.Random(seed)
+    txns = random_transactions(rng, n, big=big)
+    options = RelayOptions(
+        segment_bytes=256 * 1024, part_bytes=64 * 1024, fsync=policy, fsync_interval_ms=1
+    )
+    cut = min(reopen_at, n)
+    write(directory, txns[:cut], options).close()
+    writer = RelayWriter(directory, options)
+    recovery = writer.open()
+    assert recovery.position == (txns[cut - 1].position if cut else None)
+    assert recovery.truncated_bytes == 0
+    writer.set_format(fake_fde(created=5), True)  # same format, another file: no rotation
+    for txn in txns[cut:]:
+        for event in txn.events:
+            writer.append(event)
+        writer.commit(txn.position, txn.commit_ts)
+    writer.close()
+    assert read_back(directory) == txns
+    middle = txns[n // 2].position
+    assert read_back(directory, middle) == txns[n // 2 + 1 :]
+    # each segment decodes alone and starts where the previous one ended
+    manifest = load_manifest(directory)
+    assert manifest is not None
+    previous_last = None
+    for info in manifest.segments:
+        scan = SegmentScan(directory / info.name)
+        got = list(scan.transactions_iter())
+        assert scan.header is not None and scan.header.start == previous_last
+        if info.sealed:
+            assert scan.footer is not None and scan.footer.transactions == len(got)
+            assert scan.footer.last == (got[-1][1].position if got else previous_last)
+        if got:
+            previous_last = got[-1][1].position
+
+
+def test_a_torn_transaction_is_cut_at_open_and_never_served(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    txns = random_transactions(rng, 20, big=1)
+    writer = write(tmp_path, txns)
+    writer.sync()
+    for event in random_transactions(rng, 1, big=1)[0].events:  # a big one, never committed
+        writer.append(event)
+    segment = tmp_path / writer.segment  # type: ignore[operator]
+    size = segment.stat().st_size
+    assert size > writer._durable_offset  # parts of the open transaction are on disk
+    assert read_back(tmp_path) == txns  # a reader does not serve it
+    del writer  # a crash: no close()
+    reopened = RelayWriter(tmp_path, SMALL)
+    recovery = reopened.open()
+    assert recovery.position == txns[-1].position
+    assert recovery.truncated_bytes > 0 and "inside a transaction" in (recovery.reason or "")
+    assert segment.stat().st_size == size - recovery.truncated_bytes
+    reopened.close()
+    assert read_back(tmp_path) == txns
+
+
+def test_garbage_after_the_last_transaction_is_cut(tmp_path: Path) -> None:
+    txns = random_transactions(random.Random(3), 5)
+    writer = write(tmp_path, txns)
+    name = writer.segment
+    writer.close()
+    with open(tmp_path / name, "ab") as f:  # type: ignore[operator]
+        f.write(b"\x01garbage that is no record")
+    reopened = RelayWriter(tmp_path, SMALL)
+    recovery = reopened.open()
+    assert recovery.truncated_bytes == 26 and recovery.position == txns[-1].position
+    reopened.close()
+    assert read_back(tmp_path) == txns
+
+
+def test_damage_in_an_older_segment_names_segment_and_offset(tmp_path: Path) -> None:
+    txns = random_transactions(random.Random(5), 200)
+    write(tmp_path, txns).close()
+    manifest = load_manifest(tmp_path)
+    assert manifest is not None and len(manifest.segments) >= 3
+    victim = tmp_path / manifest.segments[1].name
+    data = bytearray(victim.read_bytes())
+    at = len(data) // 2
+    data[at] ^= 0x40
+    victim.write_bytes(bytes(data))
+    with pytest.raises(RelayCorruptError) as info:
+        read_back(tmp_path)
+    assert info.value.context["segment"] == victim.name
+    offset = info.value.context["offset"]
+    assert isinstance(offset, int) and 0 <= at - offset < 64 * 1024
+    # the transactions before the damage were served in order
+    got = []
+    with pytest.raises(RelayCorruptError):
+        for t in RelayReader(tmp_path).transactions():
+            got.append(t.commit.position)
+    assert got == [t.position for t in txns[: len(got)]] and got
+
+
+def test_a_missing_segment_or_a_garbage_manifest_is_a_clear_error(tmp_path: Path) -> None:
+    txns = random_transactions(random.Random(9), 200)
+    write(tmp_path, txns).close()
+    manifest = load_manifest(tmp_path)
+    assert manifest is not None
+    missing = tmp_path / manifest.segments[0].name
+    missing.unlink()
+    with pytest.raises(RelayCorruptError, match="missing") as info:
+        RelayWriter(tmp_path, SMALL).open()
+    assert info.value.context["segment"] == missing.name
+    (tmp_path / MANIFEST).write_bytes(b"{not json")
+    with pytest.raises(RelayCorruptError, match="manifest is unreadable") as info:
+        RelayWriter(tmp_path, SMALL).open()
+    assert info.value.context["file"] == str(tmp_path / MANIFEST)
+    (tmp_path / MANIFEST).unlink()
+    with pytest.raises(RelayCorruptError, match="without a MANIFEST"):
+        RelayWriter(tmp_path, SMALL).open()
+
+
+def test_a_new_format_starts_a_new_segment(tmp_path: Path) -> None:
+    txns = random_transactions(random.Random(1), 4)
+    writer = write(tmp_path, txns[:2], RelayOptions(fsync="os"))
+    first = writer.segment
+    writer.set_format(fake_fde(b"11.4.2-MariaDB"), True)
+    for txn in txns[2:]:
+        for event in txn.events:
+            writer.append(event)
+        writer.commit(txn.position, txn.commit_ts)
+    assert writer.segment != first
+    writer.close()
+    assert read_back(tmp_path) == txns
+    second = SegmentScan(tmp_path / writer.segment)  # type: ignore[operator]
+    assert second.read_header().format_description == fake_fde(b"11.4.2-MariaDB")
+
+
+def test_a_crash_after_a_rotation_before_the_manifest_adopts_the_new_segment(
+    tmp_path: Path,
+) -> None:
+    txns = random_transactions(random.Random(2), 60)
+    writer = write(tmp_path, txns)
+    writer.close()
+    manifest_before = (tmp_path / MANIFEST).read_bytes()
+    writer = RelayWriter(tmp_path, RelayOptions(segment_bytes=1, fsync="os"))
+    writer.open()
+    writer.set_format(fake_fde(), True)
+    extra = random_transactions(random.Random(4), 1, start_pos=txns[-1].position.pos)[0]
+    writer._rotate()  # header of the next segment written, manifest then saved...
+    (tmp_path / MANIFEST).write_bytes(manifest_before)  # ...pretend the save never happened
+    del writer
+    reopened = RelayWriter(tmp_path, SMALL)
+    recovery = reopened.open()
+    assert recovery.adopted is not None and recovery.position == txns[-1].position
+    reopened.set_format(fake_fde(), True)
+    for event in extra.events:
+        reopened.append(event)
+    reopened.commit(extra.position, extra.commit_ts)
+    reopened.close()
+    assert read_back(tmp_path) == [*txns, extra]
+
+
+def test_memory_stays_bounded_for_a_huge_transaction(tmp_path: Path) -> None:
+    """A 64 MiB transaction goes to disk in parts of about part_bytes while it is written
+    (the writer never holds more than one part) and is read back as parts too."""
+    writer = RelayWriter(tmp_path, RelayOptions(part_bytes=1 << 20, fsync="os"))
+    writer.open()
+    writer.set_format(fake_fde(), True)
+    event = os.urandom(256 * 1024)
+    for _ in range(256):
+        writer.append(event)
+        assert writer._pending_bytes <= (1 << 20) + len(event) + 4
+    writer.commit(Txn([], random_transactions(random.Random(0), 1)[0].position, 1).position, 1)
+    writer.close()
+    scan = SegmentScan(tmp_path / writer.segment)  # type: ignore[operator]
+    chunks = list(scan.chunks())
+    assert len(chunks) >= 64 and all(len(c.events) <= 5 for c in chunks)
+    assert sum(len(c.events) for c in chunks) == 256 and chunks[-1].commit is not None
