@@ -279,6 +279,30 @@ class LogConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class RelayRetentionConfig(_Strict):
+    """When a sealed segment that every checkpoint has passed may go: once older than
+    `keep_s` (kept as an archive for the Spark pipeline meanwhile), or at once while the
+    relay is over `max_bytes`. Nothing a checkpoint still needs is ever deleted."""
+
+    keep_s: float = Field(0.0, ge=0)
+
+
+class RelayConfig(_Strict):
+    """The local relay log (ARCHITECTURE §5). Durability of `fsync`: `transaction` -
+    every transaction on disk before it is published; `interval` - at most
+    `fsync_interval_ms` of transactions lost on power loss (re-fetched from the primary);
+    `os` - the page cache decides. A process crash loses nothing under any policy."""
+
+    enabled: bool = False
+    directory: Path = Path("relay")  # the relay of pipeline P is in <directory>/P
+    segment_bytes: int = Field(128 << 20, ge=1 << 16)
+    max_bytes: int = Field(8 << 30, ge=1 << 20)  # reading pauses beyond (back-pressure)
+    fsync: Literal["transaction", "interval", "os"] = "interval"
+    fsync_interval_ms: int = Field(200, ge=1)
+    memory_bytes: int = Field(64 << 20, ge=0)  # recent transactions kept for readers that keep up
+    retention: RelayRetentionConfig = RelayRetentionConfig()
+
+
 class Config(_Strict):
     pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     source: SourceConfig = SourceConfig()
@@ -288,6 +312,7 @@ class Config(_Strict):
     coordination: CoordinationConfig = CoordinationConfig()
     schema_: SchemaConfig = Field(SchemaConfig(), alias="schema")
     log: LogConfig = LogConfig()
+    relay: RelayConfig = RelayConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

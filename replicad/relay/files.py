@@ -4,7 +4,7 @@ so memory is bounded by the largest record (a transaction part), never by the se
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -61,10 +61,13 @@ class SegmentScan:
                     reader.finish()
                     raise RelayTornError("the segment holds no header", segment=self.name, offset=0)
 
-    def chunks(self, start: int | None = None, stop: int | None = None) -> Iterator[TxnChunk]:
+    def chunks(
+        self, start: int | None = None, stop: int | Callable[[], int | None] | None = None
+    ) -> Iterator[TxnChunk]:
         """The transaction chunks from `start` (a transaction boundary; default: after the
-        header) up to `stop` (default: the end of the file). A transaction cut by `stop`
-        or by the end of the file raises RelayTornError at its start."""
+        header) up to `stop` (default: the end of the file; a callable is asked before each
+        read, for a segment being written). A transaction cut by `stop` or by the end of the
+        file raises RelayTornError at its start."""
         if self.header is None:
             self.read_header()
         offset = self.header_end if start is None else start
@@ -74,7 +77,8 @@ class SegmentScan:
         with _open(self.path) as f:
             f.seek(offset)
             while True:
-                want = READ_BYTES if stop is None else min(READ_BYTES, stop - reader.offset)
+                limit = stop() if callable(stop) else stop
+                want = READ_BYTES if limit is None else min(READ_BYTES, limit - reader.offset)
                 data = f.read(want) if want > 0 else b""
                 reader.feed(data)
                 for record in reader.records():

@@ -93,6 +93,7 @@ class RelayWriter:
         self._pending_bytes = 0
         self._txn_events = 0
         self._in_txn = False
+        self._txn_start = 0
         self._stats = Footer(None, None, 0, 0, 0, 0)
 
     # ------------------------------------------------------------------ state
@@ -109,6 +110,26 @@ class RelayWriter:
     def segment(self) -> str | None:
         current = self.manifest.current
         return None if current is None else current.name
+
+    @property
+    def has_format(self) -> bool:
+        return self._format is not None
+
+    @property
+    def committed_offset(self) -> int:
+        """Where the last committed transaction ends in the current segment: readers of the
+        segment being written stop there."""
+        return self._txn_start if self._in_txn else self._offset
+
+    def start_at(self, position: Position) -> None:
+        """An empty relay starts after `position` (its first segment's start)."""
+        if self.manifest.segments:
+            raise RelayError("the relay is not empty", directory=str(self.directory))
+        self._last = position
+
+    def save_manifest(self) -> None:
+        """After the segment list changed (retention deleted one)."""
+        self._save_manifest()
 
     @property
     def offset(self) -> int:
@@ -361,6 +382,10 @@ class RelayWriter:
             self._save_manifest()
 
     def sync_if_due(self) -> None:
+        """For the `interval` policy: called at each commit and by a timer (a quiet primary
+        must not leave the last transactions unsynced)."""
+        if self.options.fsync != "interval":
+            return
         if time.monotonic() - self._synced_at >= self.options.fsync_interval_ms / 1000:
             self.sync()
 

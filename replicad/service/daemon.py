@@ -34,6 +34,7 @@ from replicad.errors import (
 )
 from replicad.protocol.commands import ResultSet
 from replicad.protocol.transport import AsyncConnection
+from replicad.relay.stream import RelayedStream
 from replicad.service.checkpoint import Checkpointer
 from replicad.sinks.base import Sink
 from replicad.sinks.kafka import KafkaSink
@@ -143,7 +144,13 @@ class Pipeline:
         stdout = config.sinks.stdout
         if stdout is not None or not self.sinks:  # stdout is the default without Kafka
             self.sinks.append(JsonLinesSink(stdout.path if stdout else None, self.filter))
-        self.stream = ReplicaStream(config.source, password, pipeline=config.pipeline)
+        self.stream: ReplicaStream | RelayedStream
+        if config.relay.enabled:
+            self.stream = RelayedStream(
+                config.source, password, pipeline=config.pipeline, relay=config.relay
+            )
+        else:
+            self.stream = ReplicaStream(config.source, password, pipeline=config.pipeline)
         self.committed: Position | None = None  # after the last transaction read
         self.transactions = 0
         self.rows = 0
@@ -380,6 +387,9 @@ class Pipeline:
         kafka = self.config.sinks.kafka
         if kafka is not None and kafka.exactly_once:
             interval = min(interval, kafka.batch_ms / 1000)
+        relay = self.config.relay
+        if relay.enabled and relay.fsync == "interval":
+            interval = min(interval, relay.fsync_interval_ms / 1000)
         interval = min(interval, 0.5)
         assert self.checkpointer is not None
         lease = self.lease
@@ -395,6 +405,8 @@ class Pipeline:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
+                    if isinstance(self.stream, RelayedStream):
+                        self.stream.maintain(self.checkpointer.stored)  # fsync, retention
                     if self.inbox is not None and self.command is None:
                         self.command = self.inbox.next_command()
                         if self.command is not None:

@@ -164,6 +164,9 @@ class ReplicaStream:
         self.info: ServerInfo | None = None
         self.connections = 0
         self._conn: AsyncConnection | None = None
+        # The relay log keeps the primary's own bytes: told each event's raw bytes just before
+        # the event is yielded (events unpacked from a TRANSACTION_PAYLOAD have none).
+        self.on_raw: Callable[[bytes | None], None] | None = None
 
     async def events(
         self, position_of: Callable[[], Position]
@@ -348,7 +351,12 @@ class ReplicaStream:
             header = event.header
             if header.log_pos and header.log_pos >= header.event_size:
                 header.pos = header.log_pos - header.event_size
+            on_raw = self.on_raw
+            if on_raw is not None:
+                on_raw(raw)
             yield event
             if isinstance(event, TransactionPayloadEvent):
                 for inner in parser.payload_events(event):
+                    if on_raw is not None:
+                        on_raw(None)
                     yield inner

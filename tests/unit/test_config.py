@@ -136,3 +136,15 @@ def test_example_zookeeper_block_parses_and_names_every_option(tmp_path: Path) -
     text = "\n".join(block)
     for option in ZookeeperConfig.model_fields:
         assert f"{option}:" in text, option
+
+
+def test_example_relay_block_names_every_option() -> None:
+    """The relay section of the example is valid as written and names every option."""
+    from replicad.config import RelayConfig, RelayRetentionConfig
+
+    config = load_config(EXAMPLE, {"REPLICAD_SOURCE_PASSWORD": "x"})
+    assert config.relay == RelayConfig()  # documented defaults are the real defaults
+    text = EXAMPLE.read_text()
+    block = text[text.index("\nrelay:") : text.index("\nschema:")]
+    for name in [*RelayConfig.model_fields, *RelayRetentionConfig.model_fields]:
+        assert f" {name}:" in block, name

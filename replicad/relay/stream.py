@@ -1,0 +1,376 @@
+"""The relay between the replica and the publishers: `RelayedStream` has ReplicaStream's
+interface (`events(position_of)`, `close()`, `info`), so the pipeline publishes from it
+unchanged, but behind it a replica task writes every committed transaction to the relay log
+first and reads on while the publishers wait (for Kafka, say), until `relay.max_bytes`.
+
+Publishers take transactions from memory while they keep up (the most recent ones, up to
+`relay.memory_bytes`), and from disk when they fall behind, switching back once caught up
+(TiDB Pump's slowChaser). They are only ever given whole transactions that are in the relay.
+
+A relay unit is everything the primary sent after the previous commit up to and including
+the next commit (ROTATE and FORMAT_DESCRIPTION events included), so a reader's transaction
+assembler sees what it would see live. Heartbeats are not stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from replicad.binlog.events import Event, EventType, FormatDescriptionEvent, TransactionPayloadEvent
+from replicad.binlog.parser import BinlogParser
+from replicad.config import RelayConfig, SourceConfig
+from replicad.errors import RelayTornError
+from replicad.relay.files import SegmentScan
+from replicad.relay.manifest import MANIFEST, segment_number
+from replicad.relay.reader import binlog_key
+from replicad.relay.writer import RelayOptions, RelayWriter
+from replicad.source.position import Position
+from replicad.source.stream import Reconnected, ReplicaStream, ServerInfo
+from replicad.source.transactions import Commit, TransactionAssembler
+
+log = structlog.get_logger("replicad.relay")
+
+_NOT_STORED = frozenset({EventType.HEARTBEAT, EventType.HEARTBEAT_V2})
+
+
+@dataclass(slots=True)
+class Unit:
+    """A committed transaction in the relay; `events` is None once evicted from memory (or
+    for one too large to keep): then it is read from disk."""
+
+    previous: Position | None  # the position before it
+    position: Position  # after it
+    segment: str
+    end: int  # where its last record ends in the segment
+    events: list[Event] | None
+    size: int
+
+
+class RelayedStream:
+    def __init__(
+        self, source: SourceConfig, password: str, *, pipeline: str, relay: RelayConfig
+    ) -> None:
+        self.replica = ReplicaStream(source, password, pipeline=pipeline)
+        self.config = relay
+        self.writer = RelayWriter(
+            relay.directory / pipeline,  # pipelines of one worker never share a relay
+            RelayOptions(
+                segment_bytes=relay.segment_bytes,
+                fsync=relay.fsync,
+                fsync_interval_ms=relay.fsync_interval_ms,
+            ),
+            source=f"{source.host}:{source.port}",
+        )
+        self._window: deque[Unit] = deque()
+        self._window_bytes = 0
+        self._changed = asyncio.Event()  # set on every new unit (and on failure)
+        self._progress = asyncio.Event()  # set when the relay shrinks (back-pressure)
+        self._task: asyncio.Task[None] | None = None
+        self._raw: bytes | None = None
+        self._failure: BaseException | None = None
+        self._checkpoint: Position | None = None
+        self.replica.on_raw = self._take_raw
+
+    @property
+    def info(self) -> ServerInfo | None:
+        return self.replica.info
+
+    def _take_raw(self, raw: bytes | None) -> None:
+        self._raw = raw if raw is None or isinstance(raw, bytes) else bytes(raw)
+
+    # ------------------------------------------------------------------ publishers
+    async def events(self, position_of: Callable[[], Position]) -> AsyncIterator[Event]:
+        """Events of the whole transactions after `position_of()`, from the relay."""
+        after = position_of()
+        if self._task is None:
+            self._start(after)
+        async for event in self._read(after):
+            yield event
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        await self.replica.close()
+        self.writer.close()
+
+    def maintain(self, checkpoint: Position | None) -> None:
+        """Called by the pipeline's ticker (at least every 0.5 s): the `interval` fsync
+        happens even while the primary is quiet, and once every sink acknowledged up to
+        `checkpoint`, older segments may go (retention)."""
+        if self._task is None:
+            return
+        self.writer.sync_if_due()
+        if checkpoint is not None:
+            self._checkpoint = checkpoint
+            self._collect_garbage()
+
+    async def _read(self, after: Position) -> AsyncIterator[Event]:
+        disk: Iterator[list[Event] | Position] | None = None
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            unit = self._in_memory_after(after)
+            if unit is not None and unit.events is not None:
+                disk = None
+                for event in unit.events:
+                    yield event
+                after = unit.position
+                continue
+            if self._ahead(after):
+                if disk is None:
+                    disk = self._from_disk(after)
+                for got in disk:  # one unit (in chunks), then look at memory again
+                    if isinstance(got, Position):
+                        after = got
+                        break
+                    for event in got:
+                        yield event
+                else:
+                    disk = None
+                continue
+            self._changed.clear()
+            if self._in_memory_after(after) is None and not self._ahead(after):
+                await self._changed.wait()
+
+    def _ahead(self, after: Position) -> bool:
+        end = self.writer.position
+        return end is not None and binlog_key(end) > binlog_key(after)
+
+    def _in_memory_after(self, after: Position) -> Unit | None:
+        window = self._window
+        if not window or window[0].previous is None:
+            return None
+        key = binlog_key(after)
+        if binlog_key(window[0].previous) > key:
+            return None  # evicted already: the disk has it
+        for unit in window:
+            if unit.previous is not None and binlog_key(unit.previous) == key:
+                return unit
+            if binlog_key(unit.position) > key:
+                return None
+        return None
+
+    def _from_disk(self, after: Position) -> Iterator[list[Event] | Position]:
+        """The events of the units after `after`, read from the segment files in chunks
+        (a huge transaction never whole in memory), each unit followed by its position;
+        only what is committed to the relay."""
+        segments = list(self.writer.manifest.segments)
+        key = binlog_key(after)
+        first = 0
+        for i, info in enumerate(segments):
+            if info.start is None or binlog_key(info.start) <= key:
+                first = i
+        for info in segments[first:]:
+            scan = SegmentScan(self.writer.directory / info.name)
+            header = scan.read_header()
+            parser = BinlogParser(checksums=header.checksums, source=info.name)
+            parser.parse(header.format_description)
+            # Skip until the commit that ends at `after` (a unit boundary) has gone by.
+            skipping = header.start is None or binlog_key(header.start) < key
+            name = info.name
+            try:
+                for chunk in scan.chunks(stop=lambda name=name: self._committed_end(name)):
+                    if skipping:
+                        if chunk.commit is not None and binlog_key(chunk.commit.position) >= key:
+                            skipping = False
+                        continue
+                    yield _parse_all(parser, chunk.events)
+                    if chunk.commit is not None:
+                        yield chunk.commit.position
+            except RelayTornError:
+                return  # the writer is inside a transaction there: not served
+
+    def _committed_end(self, segment: str) -> int | None:
+        return self.writer.committed_offset if segment == self.writer.segment else None
+
+    # ------------------------------------------------------------------ the replica task
+    def _start(self, after: Position) -> None:
+        recovery = self.writer.open()
+        end = recovery.position
+        start = self._first_start()
+        covered = (
+            end is not None
+            and start is not None
+            and binlog_key(start) <= binlog_key(after) <= binlog_key(end)
+        )
+        if not covered:
+            if end is not None:
+                log.warning(
+                    "relay_reset",
+                    relay_start=str(start),
+                    relay_end=str(end),
+                    position=str(after),
+                    note="the relay does not hold the position: re-fetching from the primary",
+                )
+            self._reset()
+            self.writer.start_at(after)
+            end = after
+        log.info("relay_opened", directory=str(self.writer.directory), position=str(end))
+        assert end is not None
+        self._task = asyncio.create_task(self._replicate(end))
+        self._task.add_done_callback(self._replica_done)
+
+    def _first_start(self) -> Position | None:
+        segments = self.writer.manifest.segments
+        return segments[0].start if segments else None
+
+    def _reset(self) -> None:
+        self.writer.close()
+        directory = self.writer.directory
+        for path in directory.glob("relay-*.log"):
+            if segment_number(path.name) is not None:
+                path.unlink()
+        (directory / MANIFEST).unlink(missing_ok=True)
+        self.writer = RelayWriter(directory, self.writer.options, source=self.writer.source)
+        self.writer.open()
+
+    def _replica_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._failure = task.exception()
+            self._changed.set()
+
+    async def _replicate(self, start: Position) -> None:
+        writer = self.writer
+        assembler = TransactionAssembler(start)
+        unit_events: list[Event] = []
+        unit_bytes = 0
+        keep_limit = self.config.memory_bytes // 4
+        checksums = False
+        async for item in self.replica.events(lambda: writer.position or start):
+            if isinstance(item, Reconnected):
+                writer.abort()  # the transaction in flight comes again whole
+                assembler = TransactionAssembler(item.position)
+                unit_events, unit_bytes = [], 0
+                continue
+            event, raw = item, self._raw
+            if event.header.type_code in _NOT_STORED:
+                continue
+            if isinstance(event, FormatDescriptionEvent) and raw is not None:
+                info = self.replica.info
+                checksums = bool(info and info.checksum)
+                writer.set_format(raw, checksums)
+            if raw is not None:
+                if writer.has_format:
+                    writer.append(raw)
+                    unit_bytes += len(raw)
+            if unit_bytes <= keep_limit:
+                unit_events.append(event)
+            for thing in assembler.feed(event):
+                if isinstance(thing, Commit):
+                    previous = writer.position
+                    writer.commit(thing.position, event.header.timestamp)
+                    self._remember(
+                        Unit(
+                            previous,
+                            thing.position,
+                            writer.segment or "",
+                            writer.committed_offset,
+                            unit_events if unit_bytes <= keep_limit else None,
+                            unit_bytes,
+                        )
+                    )
+                    unit_events, unit_bytes = [], 0
+                    await self._hold_back()
+            if isinstance(event, TransactionPayloadEvent):
+                pass  # its inner events follow, raw None: already stored with it
+
+    def _remember(self, unit: Unit) -> None:
+        window = self._window
+        window.append(unit)
+        if unit.events is not None:
+            self._window_bytes += unit.size
+        while self._window_bytes > self.config.memory_bytes and window:
+            old = window[0]
+            if old.events is not None:
+                self._window_bytes -= old.size
+                old.events = None
+            if len(window) > 1:
+                window.popleft()
+            else:
+                break
+        while len(window) > 100_000:
+            old = window.popleft()
+            if old.events is not None:
+                self._window_bytes -= old.size
+        self._changed.set()
+
+    async def _hold_back(self) -> None:
+        """Back-pressure: beyond `max_bytes` on disk, reading waits for the publishers'
+        checkpoint to let retention free segments."""
+        logged = False
+        while self._relay_bytes() > self.config.max_bytes:
+            if not logged:
+                log.warning(
+                    "relay_full",
+                    bytes=self._relay_bytes(),
+                    max_bytes=self.config.max_bytes,
+                    note="reading from the primary pauses until publishers catch up",
+                )
+                logged = True
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), 1.0)
+        if logged:
+            log.info("relay_resumed", bytes=self._relay_bytes())
+
+    def _relay_bytes(self) -> int:
+        total = 0
+        for info in self.writer.manifest.segments[:-1]:
+            total += info.size
+        return total + self.writer.offset
+
+    # ------------------------------------------------------------------ retention
+    def _collect_garbage(self) -> None:
+        checkpoint = self._checkpoint
+        segments = self.writer.manifest.segments
+        if checkpoint is None or len(segments) < 2:
+            return
+        key = binlog_key(checkpoint)
+        removed = []
+        now_ms = time.time() * 1000
+        over = self._relay_bytes() > self.config.max_bytes
+        for info in list(segments[:-1]):
+            end = info.last or info.start  # a segment without transactions ends at its start
+            if end is None or binlog_key(end) > key:
+                break  # the checkpoint still needs it (and everything after)
+            sealed_ms = info.max_commit_ts * 1000
+            if not over and now_ms - sealed_ms < self.config.retention.keep_s * 1000:
+                break
+            path = self.writer.directory / info.name
+            segments.remove(info)
+            self.writer.save_manifest()
+            path.unlink(missing_ok=True)
+            removed.append(info.name)
+        if removed:
+            log.info("relay_segments_deleted", segments=removed, checkpoint=str(checkpoint))
+            self._progress.set()
+
+
+def _parse_all(parser: BinlogParser, raws: list[bytes]) -> list[Event]:
+    out: list[Event] = []
+    for raw in raws:
+        event = parser.parse(raw)
+        header = event.header
+        if header.log_pos and header.log_pos >= header.event_size:
+            header.pos = header.log_pos - header.event_size
+        out.append(event)
+        if isinstance(event, TransactionPayloadEvent):
+            out.extend(parser.payload_events(event))
+    return out
+
+
+def remove_relay(directory: Path) -> None:
+    """For `position reset` and tests: forget the relay entirely."""
+    shutil.rmtree(directory, ignore_errors=True)
