@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pymysql
 import pytest
@@ -114,3 +116,22 @@ def pytest_configure(config: pytest.Config) -> None:
             import replicad.binlog._speedups  # noqa: F401
         except ImportError as exc:
             raise pytest.UsageError(f"the Cython accelerator is not built: {exc}") from exc
+
+
+@pytest.fixture
+def clients() -> Iterator[Callable[[Any], Any]]:
+    """Make replicad ZkClients from ZookeeperConfigs (one session each); all are stopped
+    after the test."""
+    from replicad.coordination.zk import ZkClient
+
+    made: list[ZkClient] = []
+
+    def make(config: Any) -> ZkClient:
+        client = ZkClient(config)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        with contextlib.suppress(Exception):
+            client.stop()

@@ -77,22 +77,6 @@ def zk_root(zookeeper: str) -> Iterator[str]:
     delete_tree(zookeeper, root)
 
 
-@pytest.fixture
-def clients() -> Iterator[Callable[[ZookeeperConfig], ZkClient]]:
-    """Make ZkClients (one session each); all are stopped after the test."""
-    made: list[ZkClient] = []
-
-    def make(config: ZookeeperConfig) -> ZkClient:
-        client = ZkClient(config)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        with suppress(Exception):
-            client.stop()
-
-
 @pytest.fixture(scope="module")
 def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZkEnsemble]:
     group = ZkEnsemble(tmp_path_factory.mktemp("zk-ensemble"))

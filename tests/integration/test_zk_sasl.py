@@ -11,7 +11,6 @@ import asyncio
 import importlib.util
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -78,22 +77,6 @@ def enforcing_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.hosts
     finally:
         server.down()
-
-
-@pytest.fixture
-def clients() -> Iterator[Callable[[ZookeeperConfig], ZkClient]]:
-    """Make ZkClients (one session each); all are stopped after the test."""
-    made: list[ZkClient] = []
-
-    def make(config: ZookeeperConfig) -> ZkClient:
-        client = ZkClient(config)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        with suppress(Exception):
-            client.stop()
 
 
 def tree(client: KazooClient, path: str) -> list[str]:
