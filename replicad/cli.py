@@ -10,7 +10,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import structlog
@@ -30,7 +31,24 @@ from replicad.coordination.local import (
     running_pid,
     status_path,
 )
-from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
+from replicad.errors import (
+    AuthError,
+    ConfigError,
+    RelayCorruptError,
+    RelayError,
+    ReplicadError,
+    TlsError,
+)
+from replicad.relay.decode import (
+    SegmentStart,
+    TornTail,
+    TransactionEnd,
+    boundary_to_dict,
+    input_kind,
+    iter_relay,
+    relay_row_changes,
+)
+from replicad.relay.inspect import inspect_relay, render_report
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
 from replicad.service.logging import configure_logging
@@ -65,13 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     dump = commands.add_parser(
         "dump",
-        help="decode binlog files and print JSON lines",
+        help="decode binlog files or relay segments and print JSON lines",
         description=(
-            "Decode binlog files and print one JSON object per row change (the envelope the "
-            "Kafka sink publishes), or per event with --events."
+            "Decode binlog files, relay segments or relay directories and print one JSON "
+            "object per row change (the envelope the Kafka sink publishes), or per event with "
+            "--events (relay inputs add RELAY_SEGMENT and RELAY_COMMIT lines)."
         ),
     )
-    dump.add_argument("files", nargs="+", metavar="FILE", help="binlog files, in order")
+    dump.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="binlog files, relay segments or relay directories, in order",
+    )
     dump.add_argument(
         "--start-position",
         type=_position,
@@ -164,6 +188,31 @@ def build_parser() -> argparse.ArgumentParser:
             help="seconds to wait for the leader to apply a queued change (default 60)",
         )
     position.set_defaults(func=cmd_position)
+
+    relay = commands.add_parser(
+        "relay",
+        help="look at the local relay log",
+        description=(
+            "Look at a relay directory (<relay.directory>/<pipeline>). To print its events: "
+            "replicad dump RELAY_DIR."
+        ),
+    )
+    relay_actions = relay.add_subparsers(dest="action", required=True)
+    inspect = relay_actions.add_parser(
+        "inspect",
+        help="list the segments, the durable position and the relay's health",
+        description=(
+            "List the MANIFEST's segments (positions, transactions, newest commit), the durable "
+            "offset and position, and the health: missing or short segments, and with --verify "
+            "every record's CRC and the transaction grammar. Exit 65 when damaged."
+        ),
+    )
+    inspect.add_argument("directory", metavar="RELAY_DIR", help="the relay directory")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.add_argument(
+        "--verify", action="store_true", help="read every segment and check every record"
+    )
+    relay.set_defaults(func=cmd_relay)
     return parser
 
 
@@ -177,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # Errors a restart cannot fix: bad config or credentials, TLS, a position the primary no longer
-# has, a refused dump, a damaged position or schema-history file.
+# has, a refused dump, a damaged position or schema-history file or relay.
 OPERATOR_ERRORS = (
     ConfigError,
     AuthError,
@@ -187,6 +236,7 @@ OPERATOR_ERRORS = (
     PositionStoreError,
     SchemaHistoryError,
     SinkError,  # a message Kafka rejects (too large, not authorized) or a fenced producer
+    RelayCorruptError,  # a damaged relay (relay.on_corruption: refetch recovers by itself)
 )
 
 
@@ -269,16 +319,33 @@ def cmd_dump(args: argparse.Namespace) -> int:
     for index, path in enumerate(args.files):
         start = args.start_position if index == 0 else None
         stop = args.stop_position if index == last else None
-        events = iter_file_events(
-            path, start=start, stop=stop, verify_checksum=args.verify_checksum
-        )
         try:
-            if args.events:
-                for event in events:
-                    out.write(dumps(event_to_dict(event)) + b"\n")
+            kind = input_kind(path)
+        except OSError as exc:
+            print(f"replicad dump: {path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_DATA_ERROR
+        if kind != "binlog" and (start is not None or stop is not None):
+            print(
+                f"replicad dump: {path}: --start-position/--stop-position are binlog file "
+                "offsets; they do not apply to a relay",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        try:
+            if kind == "binlog":
+                events = iter_file_events(
+                    path, start=start, stop=stop, verify_checksum=args.verify_checksum
+                )
+                if args.events:
+                    _write_events(out, events, path)
+                else:
+                    _write_changes(out, iter_row_changes(events, file=os.path.basename(path)))
             else:
-                for change in iter_row_changes(events, file=os.path.basename(path)):
-                    out.write(dumps(change_to_dict(change)) + b"\n")
+                items = iter_relay(Path(path), verify_checksum=args.verify_checksum)
+                if args.events:
+                    _write_events(out, items, path)
+                else:
+                    _write_changes(out, relay_row_changes(_torn_note(path, items)))
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
                 raise
@@ -294,6 +361,39 @@ def cmd_dump(args: argparse.Namespace) -> int:
             return EXIT_DATA_ERROR
     out.flush()
     return EXIT_OK
+
+
+def _write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
+    """Events of a binlog file, or a relay's events with its segment and commit lines."""
+    for item in items:
+        if isinstance(item, (SegmentStart, TransactionEnd)):
+            out.write(dumps(boundary_to_dict(item)) + b"\n")
+        elif isinstance(item, TornTail):
+            _print_torn(path, item)
+        elif isinstance(item, Event):
+            out.write(dumps(event_to_dict(item)) + b"\n")
+
+
+def _write_changes(out: BinaryIO, changes: Iterable[Any]) -> None:
+    for change in changes:
+        out.write(dumps(change_to_dict(change)) + b"\n")
+
+
+def _torn_note(path: str, items: Iterable[Any]) -> Iterator[Any]:
+    for item in items:
+        if isinstance(item, TornTail):
+            _print_torn(path, item)
+        yield item
+
+
+def _print_torn(path: str, item: TornTail) -> None:
+    """A relay directory's current segment ends inside a transaction: not an error."""
+    sys.stdout.buffer.flush()
+    print(
+        f"replicad dump: {path}: {item.segment} at offset {item.offset}: {item.reason} "
+        "(being written, or torn by a crash): not printed",
+        file=sys.stderr,
+    )
 
 
 _SKIPPED_FIELDS = {"header", "body", "table_map", "_decoders", "payload", "columns"}
@@ -469,6 +569,19 @@ def cmd_position(args: argparse.Namespace) -> int:
         f"{describe_position(result.get('new'))} ({result.get('how')})",
     )
     return EXIT_OK
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    try:
+        report = inspect_relay(Path(args.directory), verify=args.verify)
+    except RelayError as exc:
+        print(f"replicad relay {args.action}: {exc}", file=sys.stderr)
+        return EXIT_DATA_ERROR
+    except OSError as exc:
+        print(f"replicad relay {args.action}: {exc}", file=sys.stderr)
+        return EXIT_DATA_ERROR
+    _emit(args, report, render_report(report))
+    return EXIT_OK if report["healthy"] else EXIT_DATA_ERROR
 
 
 def _start_value(config: Config) -> str:

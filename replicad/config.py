@@ -301,6 +301,10 @@ class RelayConfig(_Strict):
     fsync_interval_ms: int = Field(200, ge=1)
     memory_bytes: int = Field(64 << 20, ge=0)  # recent transactions kept for readers that keep up
     retention: RelayRetentionConfig = RelayRetentionConfig()
+    # A damaged relay (bad CRC before the durable end, missing segment, garbage manifest):
+    # fail (exit 78, the operator looks) or refetch (drop the relay, read the primary again
+    # from the stored position; needs the primary to still have those binlogs).
+    on_corruption: Literal["fail", "refetch"] = "fail"
 
 
 class Config(_Strict):

@@ -76,10 +76,12 @@ class SegmentScan:
         grammar = TransactionGrammar(self.name)
         with _open(self.path) as f:
             f.seek(offset)
+            at = offset  # file position of the next read (the reader may hold unread bytes)
             while True:
                 limit = stop() if callable(stop) else stop
-                want = READ_BYTES if limit is None else min(READ_BYTES, limit - reader.offset)
+                want = READ_BYTES if limit is None else min(READ_BYTES, limit - at)
                 data = f.read(want) if want > 0 else b""
+                at += len(data)
                 reader.feed(data)
                 for record in reader.records():
                     chunk = grammar.feed(record)
@@ -110,7 +112,7 @@ class SegmentScan:
         self.max_commit_ts = max(self.max_commit_ts, commit.commit_ts)
 
     def transactions_iter(
-        self, start: int | None = None, stop: int | None = None
+        self, start: int | None = None, stop: int | Callable[[], int | None] | None = None
     ) -> Iterator[tuple[list[bytes], Commit, int, int]]:
         """Whole transactions (events, commit, start, end): for tools and tests, which hold
         a transaction in memory. The daemon streams chunks instead."""

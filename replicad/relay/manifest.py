@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from replicad.atomic_file import write_atomically
-from replicad.errors import RelayCorruptError, RelayError
+from replicad.errors import ConfigError, RelayCorruptError, RelayError
 from replicad.source.position import Position
 
 MANIFEST = "MANIFEST"
@@ -116,7 +116,14 @@ def load_manifest(directory: Path) -> Manifest | None:
             int(durable["offset"]),
             _pos(durable.get("position")),
         )
-    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (
+        orjson.JSONDecodeError,
+        AttributeError,
+        KeyError,
+        TypeError,
+        ValueError,
+        ConfigError,
+    ) as exc:
         raise RelayCorruptError(
             f"the relay manifest is unreadable ({exc})", file=str(path)
         ) from None

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from replicad.errors import RelayCorruptError
+from replicad.errors import ConfigError, RelayCorruptError
 from replicad.relay.records import Record
 from replicad.source.position import Position
 
@@ -182,7 +182,7 @@ def _position(body: _Body, value: Any, what: str) -> Position | None:
         return None
     try:
         return Position.from_json(value)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ConfigError) as exc:
         raise body.error(f"bad {what} position in the record ({exc})") from None
 
 
@@ -252,15 +252,18 @@ class TransactionGrammar:
             events = body.events()
             self._events_seen += len(events)
             position = _position(body, meta.get("position"), "commit")
-            if position is None or "commit_ts" not in meta or "events" not in meta:
-                raise body.error("transaction end record without position or counts")
-            if int(meta["events"]) != self._events_seen:
+            try:
+                commit_ts, count = int(meta["commit_ts"]), int(meta["events"])
+            except (KeyError, TypeError, ValueError):
+                raise body.error("transaction end record without valid counts") from None
+            if position is None:
+                raise body.error("transaction end record without a position")
+            if count != self._events_seen:
                 raise body.error(
-                    f"transaction says {meta['events']} events, its records hold "
-                    f"{self._events_seen}"
+                    f"transaction says {count} events, its records hold {self._events_seen}"
                 )
             self.open_start, self._events_seen = None, 0
-            commit = Commit(position, int(meta["commit_ts"]), int(meta["events"]))
+            commit = Commit(position, commit_ts, count)
             return TxnChunk(events, start, record.end, commit)
         if kind == RecordKind.FOOTER:
             if self.open_start is not None:

@@ -28,7 +28,7 @@ import structlog
 from replicad.binlog.events import Event, EventType, FormatDescriptionEvent, TransactionPayloadEvent
 from replicad.binlog.parser import BinlogParser
 from replicad.config import RelayConfig, SourceConfig
-from replicad.errors import RelayTornError
+from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, segment_number
 from replicad.relay.reader import binlog_key
@@ -88,7 +88,9 @@ class RelayedStream:
         self._raw = raw if raw is None or isinstance(raw, bytes) else bytes(raw)
 
     # ------------------------------------------------------------------ publishers
-    async def events(self, position_of: Callable[[], Position]) -> AsyncIterator[Event]:
+    async def events(
+        self, position_of: Callable[[], Position]
+    ) -> AsyncIterator[Event | Reconnected]:
         """Events of the whole transactions after `position_of()`, from the relay."""
         after = position_of()
         if self._task is None:
@@ -97,12 +99,7 @@ class RelayedStream:
             yield event
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
-        await self.replica.close()
+        await self._stop_replica()
         self.writer.close()
 
     def maintain(self, checkpoint: Position | None) -> None:
@@ -116,7 +113,7 @@ class RelayedStream:
             self._checkpoint = checkpoint
             self._collect_garbage()
 
-    async def _read(self, after: Position) -> AsyncIterator[Event]:
+    async def _read(self, after: Position) -> AsyncIterator[Event | Reconnected]:
         disk: Iterator[list[Event] | Position] | None = None
         while True:
             if self._failure is not None:
@@ -131,14 +128,23 @@ class RelayedStream:
             if self._ahead(after):
                 if disk is None:
                     disk = self._from_disk(after)
-                for got in disk:  # one unit (in chunks), then look at memory again
-                    if isinstance(got, Position):
-                        after = got
-                        break
-                    for event in got:
-                        yield event
-                else:
+                try:
+                    for got in disk:  # one unit (in chunks), then look at memory again
+                        if isinstance(got, Position):
+                            after = got
+                            break
+                        for event in got:
+                            yield event
+                    else:
+                        disk = None
+                except RelayCorruptError as exc:
                     disk = None
+                    await self._stop_replica()
+                    self._on_corruption(exc, after)  # raises unless refetching
+                    self._start(after)
+                    # The unit being read (if any) comes again whole: the pipeline restarts
+                    # its transaction and skips the rows it already delivered.
+                    yield Reconnected(after, 1)
                 continue
             self._changed.clear()
             if self._in_memory_after(after) is None and not self._ahead(after):
@@ -197,8 +203,11 @@ class RelayedStream:
 
     # ------------------------------------------------------------------ the replica task
     def _start(self, after: Position) -> None:
-        recovery = self.writer.open()
-        end = recovery.position
+        try:
+            end = self.writer.open().position
+        except RelayCorruptError as exc:
+            self._on_corruption(exc, after)
+            end = None
         start = self._first_start()
         covered = (
             end is not None
@@ -221,6 +230,30 @@ class RelayedStream:
         assert end is not None
         self._task = asyncio.create_task(self._replicate(end))
         self._task.add_done_callback(self._replica_done)
+
+    def _on_corruption(self, exc: RelayCorruptError, after: Position) -> None:
+        """`relay.on_corruption`: fail with the error (segment, offset), or drop the relay so
+        that it is read again from the primary after `after`. Events of a transaction the
+        publisher was reading when the damage showed are sent again from its start."""
+        if self.config.on_corruption != "refetch":
+            raise exc
+        log.error(
+            "relay_corrupt_refetch",
+            error=str(exc),
+            position=str(after),
+            note="the relay is dropped and read again from the primary",
+        )
+        self._reset()
+        self._window.clear()
+        self._window_bytes = 0
+
+    async def _stop_replica(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        await self.replica.close()
 
     def _first_start(self) -> Position | None:
         segments = self.writer.manifest.segments

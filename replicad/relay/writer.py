@@ -200,8 +200,11 @@ class RelayWriter:
                     )
                     path.unlink()
                     continue
-                if current is not None:
-                    current.sealed = True
+                if current is not None:  # the rotation sealed it: summarise it
+                    previous = SegmentScan(self.directory / current.name)
+                    for _ in previous.chunks():
+                        pass
+                    _summarise(current, previous)
                 self.manifest.segments.append(SegmentInfo(number, header.start))
                 self.manifest.durable_offset = scan.header_end
                 self.manifest.durable_position = header.start
@@ -265,8 +268,8 @@ class RelayWriter:
         self._format = (scan.header.format_description, scan.header.checksums)
         self._last = last
         self._durable_offset, self._durable = scan.end, last
-        if scan.footer is not None:
-            info.sealed = True
+        if scan.footer is not None:  # sealed before the manifest said so: summarise it
+            _summarise(info, scan)
         self._stats = Footer(
             scan.first.position if scan.first else None,
             last,
@@ -341,7 +344,7 @@ class RelayWriter:
             current is None
             or current.sealed
             or self._offset >= self.options.segment_bytes
-            or (fmt != self._segment_format and self._stats.transactions)
+            or fmt != self._segment_format
         ):
             self._rotate()
         self._in_txn = True
@@ -459,6 +462,16 @@ class RelayWriter:
         fd = os.open(self.directory / name, os.O_WRONLY)
         os.lseek(fd, offset, os.SEEK_SET)
         self._fd, self._offset = fd, offset
+
+
+def _summarise(info: SegmentInfo, scan: SegmentScan) -> None:
+    """The manifest's summary of a sealed segment, from a complete scan of it."""
+    info.sealed = True
+    info.size = scan.end
+    info.first = scan.first.position if scan.first else None
+    info.last = scan.last.position if scan.last else None
+    info.max_commit_ts = scan.max_commit_ts
+    info.transactions = scan.transactions
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -135,3 +135,37 @@ def test_restarts_resume_the_relay_and_a_lost_relay_is_refetched(workdb, tmp_pat
 def source_key(change: dict[str, Any]) -> tuple[str, int, int]:
     s = change["source"]
     return s["file"], s["pos"], s["row"]
+
+
+def test_a_damaged_relay_fails_clearly_or_is_refetched(workdb, tmp_path) -> None:  # noqa: F811
+    """A relay damaged while replicad was stopped: with `on_corruption: fail` the start
+    fails with an error naming the file; with `refetch` the relay is dropped and read again
+    from the primary, and nothing is lost."""
+    conn, db = workdb
+    replicad = RelayReplicad(tmp_path / "a", server_id=5205)
+    replicad.start()
+    random_workload(conn, db, transactions=30, seed=27)
+    assert_converged(replicad, conn, db)
+    assert replicad.stop() == 0
+    (replicad.relay_dir / "MANIFEST").write_bytes(b"\x00garbage")
+    random_workload(conn, db, transactions=30, seed=28)
+    result = replicad.run_to_exit()
+    assert result.returncode == 78, result.stderr[-2000:]  # EX_CONFIG: a restart cannot fix it
+    errors = [
+        json.loads(line)
+        for line in result.stderr.decode().splitlines()
+        if line.startswith("{") and '"level": "error"' in line
+    ]
+    assert errors and "manifest is unreadable" in errors[-1]["error"], errors[-1:]
+    assert str(replicad.relay_dir / "MANIFEST") in errors[-1]["error"]
+
+    refetching = RelayReplicad(
+        tmp_path / "a", server_id=5205, relay_yaml="  on_corruption: refetch\n"
+    )
+    refetching.start()
+    try:
+        assert_converged(refetching, conn, db)
+    finally:
+        assert refetching.stop() == 0
+    assert refetching.count("relay_corrupt_refetch") == 1
+    assert duplicates(refetching.changes(), db) == 0

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicad.errors import RelayCorruptError
+from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, load_manifest
 from replicad.relay.reader import RelayReader
@@ -225,3 +225,53 @@ def test_memory_stays_bounded_for_a_huge_transaction(tmp_path: Path) -> None:
     chunks = list(scan.chunks())
     assert len(chunks) >= 64 and all(len(c.events) <= 5 for c in chunks)
     assert sum(len(c.events) for c in chunks) == 256 and chunks[-1].commit is not None
+
+
+def test_reading_stops_at_the_given_offset_even_inside_a_record(tmp_path: Path) -> None:
+    """A reader of the segment being written stops at the writer's committed offset: nothing
+    beyond it is returned, whatever the read sizes."""
+    txns = random_transactions(random.Random(11), 30, big=2)
+    writer = write(tmp_path, txns, RelayOptions(fsync="os"))
+    writer.close()
+    scan = SegmentScan(tmp_path / writer.segment)  # type: ignore[operator]
+    ends = [end for _, _, _, end in scan.transactions_iter()]
+    for k in (3, 12, 25):
+        stop = ends[k] - 5  # inside transaction k's last record
+        reader = SegmentScan(tmp_path / writer.segment)  # type: ignore[operator]
+        got = []
+        with pytest.raises(RelayTornError) as info:
+            for _events, commit, _start, end in reader.transactions_iter(stop=stop):
+                assert end <= stop
+                got.append(commit.position)
+        assert got == [t.position for t in txns[:k]]
+        assert info.value.context["offset"] == ends[k - 1]
+        clean = SegmentScan(tmp_path / writer.segment)  # type: ignore[operator]
+        assert [c.position for _, c, _, _ in clean.transactions_iter(stop=ends[k])] == [
+            t.position for t in txns[: k + 1]
+        ]
+
+
+def test_a_new_format_after_reopening_an_empty_segment_rotates(tmp_path: Path) -> None:
+    writer = RelayWriter(tmp_path, RelayOptions(fsync="os"))
+    writer.open()
+    writer.set_format(fake_fde(), True)
+    txns = random_transactions(random.Random(12), 3)
+    writer.append(b"x")
+    writer.abort()  # the segment now holds only its header
+    writer.close()
+    reopened = RelayWriter(tmp_path, RelayOptions(fsync="os"))
+    reopened.open()
+    reopened.set_format(fake_fde(b"11.8.1-MariaDB"), True)
+    for txn in txns:
+        for event in txn.events:
+            reopened.append(event)
+        reopened.commit(txn.position, txn.commit_ts)
+    reopened.close()
+    assert read_back(tmp_path) == txns
+    manifest = load_manifest(tmp_path)
+    assert manifest is not None
+    for info in manifest.segments:  # every transaction lies under the format it was read in
+        scan = SegmentScan(tmp_path / info.name)
+        if list(scan.transactions_iter()):
+            assert scan.header is not None
+            assert scan.header.format_description == fake_fde(b"11.8.1-MariaDB"), info.name
