@@ -69,6 +69,7 @@ def test_sigkill_at_random_points_loses_no_acknowledged_transaction(
 ) -> None:
     rng = random.Random(policy)
     acknowledged = 0
+    previous = 0  # what the previous child recovered (started from)
     truncations = 0
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo)}
@@ -85,10 +86,13 @@ def test_sigkill_at_random_points_loses_no_acknowledged_transaction(
         ready = child.stdout.readline().split()
         assert ready and ready[0] == "ready", child.stderr.read() if child.stderr else ""
         recovered, truncated = int(ready[1]), int(ready[2])
-        # Recovery found every acknowledged transaction (and maybe one whose report was
-        # not read before the kill): never fewer.
+        # Recovery found every acknowledged transaction, never fewer; at most one more than
+        # the previous child started from or acknowledged (the one it was committing when
+        # killed: written, not yet reported - a child killed before reporting anything
+        # still moves the relay by one).
         assert recovered >= acknowledged, (iteration, recovered, acknowledged)
-        assert recovered <= acknowledged + 1, (iteration, recovered, acknowledged)
+        assert recovered <= max(acknowledged, previous) + 1, (iteration, recovered, previous)
+        previous = recovered
         truncations += truncated > 0
         time.sleep(rng.uniform(0, 0.12))
         child.send_signal(signal.SIGKILL)
