@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from replicad.binlog.changes import RowChange, iter_row_changes
-from replicad.binlog.events import Event, TransactionPayloadEvent
-from replicad.binlog.parser import BINLOG_MAGIC, HEADER_LENGTH, BinlogParser
+from replicad.binlog.events import Event
+from replicad.binlog.parser import BINLOG_MAGIC, BinlogParser
 from replicad.errors import RelayCorruptError, RelayTornError, ReplicadError
 from replicad.relay.files import SegmentScan
 from replicad.relay.inspect import read_manifest
 from replicad.relay.manifest import MANIFEST, segment_number
+from replicad.relay.reader import parse_raw_event
 from replicad.relay.records import HEADER_SIZE, FragmentType
 from replicad.relay.segment import MAGIC, Commit, RecordKind, SegmentHeader
 
@@ -168,24 +169,10 @@ def _commit_ahead(path: Path, start: int) -> Commit:
 
 
 def _decode(parser: BinlogParser, raw: bytes, segment: str, txn_offset: int) -> Iterator[Event]:
-    pos = _binlog_offset(raw)
     try:
-        event = parser.parse(raw, pos)
-        yield event
-        if isinstance(event, TransactionPayloadEvent):
-            yield from parser.payload_events(event)
+        yield from parse_raw_event(parser, raw)
     except ReplicadError as exc:
         raise exc.with_context(segment=segment, relay_offset=txn_offset) from None
-
-
-def _binlog_offset(raw: bytes) -> int | None:
-    """Where the event starts in the primary's binlog file: `log_pos` (its end) minus its
-    size, as for the live stream; None when the event does not say (log_pos 0)."""
-    if len(raw) < HEADER_LENGTH:
-        return None  # the parser reports the short event
-    size = int.from_bytes(raw[9:13], "little")
-    log_pos = int.from_bytes(raw[13:17], "little")
-    return log_pos - size if log_pos and log_pos >= size else None
 
 
 # ---------------------------------------------------------------------------- output

@@ -128,9 +128,7 @@ def _open(path: Path) -> BinaryIO:
     try:
         return open(path, "rb", buffering=0)  # the caller closes it
     except FileNotFoundError:
-        raise RelayCorruptError(
-            "a relay segment is missing", segment=path.name, file=str(path)
-        ) from None
+        raise _missing(path) from None
     except OSError as exc:
         raise RelayError(f"cannot read a relay segment: {exc.strerror}", file=str(path)) from None
 
@@ -139,9 +137,7 @@ def file_size(path: Path) -> int:
     try:
         return os.stat(path).st_size
     except FileNotFoundError:
-        raise RelayCorruptError(
-            "a relay segment is missing", segment=path.name, file=str(path)
-        ) from None
+        raise _missing(path) from None
 
 
 def _missing(path: Path) -> RelayCorruptError:

@@ -5,13 +5,15 @@ a RelayCorruptError naming the segment and offset."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from replicad.binlog.events import Event, TransactionPayloadEvent
+from replicad.binlog.parser import HEADER_LENGTH, BinlogParser
 from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
-from replicad.relay.manifest import Manifest, load_manifest
+from replicad.relay.manifest import Manifest, SegmentInfo, load_manifest
 from replicad.relay.segment import Commit
 from replicad.source.position import Position
 
@@ -30,6 +32,29 @@ def binlog_key(position: Position) -> tuple[str, int]:
     return position.file, position.pos
 
 
+def first_segment(segments: Sequence[SegmentInfo], after: Position | None) -> int:
+    """The index of the segment that holds the transaction after `after`: the last one
+    starting at or before it (0 for None)."""
+    first = 0
+    if after is not None:
+        key = binlog_key(after)
+        for i, info in enumerate(segments):
+            if info.start is None or binlog_key(info.start) <= key:
+                first = i
+    return first
+
+
+def parse_raw_event(parser: BinlogParser, raw: bytes) -> Iterator[Event]:
+    """A stored event as the live stream yields it: its start offset in the primary's file
+    (`log_pos` minus its size, when it says), then the events a TRANSACTION_PAYLOAD holds."""
+    size = int.from_bytes(raw[9:13], "little") if len(raw) >= HEADER_LENGTH else 0
+    log_pos = int.from_bytes(raw[13:17], "little") if len(raw) >= HEADER_LENGTH else 0
+    event = parser.parse(raw, log_pos - size if log_pos and log_pos >= size else None)
+    yield event
+    if isinstance(event, TransactionPayloadEvent):
+        yield from parser.payload_events(event)
+
+
 class RelayReader:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -41,13 +66,7 @@ class RelayReader:
     def transactions(self, after: Position | None = None) -> Iterator[RelayTransaction]:
         """Whole transactions committed after `after` (all of them if None), in order."""
         segments = self.manifest.segments
-        first = 0
-        if after is not None:
-            key = binlog_key(after)
-            for i, info in enumerate(segments):
-                if info.start is None or binlog_key(info.start) <= key:
-                    first = i
-        for i in range(first, len(segments)):
+        for i in range(first_segment(segments, after), len(segments)):
             info = segments[i]
             last_segment = i == len(segments) - 1
             scan = SegmentScan(self.directory / info.name)

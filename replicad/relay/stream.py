@@ -31,7 +31,7 @@ from replicad.config import RelayConfig, SourceConfig
 from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, segment_number
-from replicad.relay.reader import binlog_key
+from replicad.relay.reader import binlog_key, first_segment, parse_raw_event
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.source.position import Position
 from replicad.source.stream import Reconnected, ReplicaStream, ServerInfo
@@ -174,11 +174,7 @@ class RelayedStream:
         only what is committed to the relay."""
         segments = list(self.writer.manifest.segments)
         key = binlog_key(after)
-        first = 0
-        for i, info in enumerate(segments):
-            if info.start is None or binlog_key(info.start) <= key:
-                first = i
-        for info in segments[first:]:
+        for info in segments[first_segment(segments, after) :]:
             scan = SegmentScan(self.writer.directory / info.name)
             header = scan.read_header()
             parser = BinlogParser(checksums=header.checksums, source=info.name)
@@ -192,7 +188,7 @@ class RelayedStream:
                         if chunk.commit is not None and binlog_key(chunk.commit.position) >= key:
                             skipping = False
                         continue
-                    yield _parse_all(parser, chunk.events)
+                    yield [e for raw in chunk.events for e in parse_raw_event(parser, raw)]
                     if chunk.commit is not None:
                         yield chunk.commit.position
             except RelayTornError:
@@ -389,19 +385,6 @@ class RelayedStream:
         if removed:
             log.info("relay_segments_deleted", segments=removed, checkpoint=str(checkpoint))
             self._progress.set()
-
-
-def _parse_all(parser: BinlogParser, raws: list[bytes]) -> list[Event]:
-    out: list[Event] = []
-    for raw in raws:
-        event = parser.parse(raw)
-        header = event.header
-        if header.log_pos and header.log_pos >= header.event_size:
-            header.pos = header.log_pos - header.event_size
-        out.append(event)
-        if isinstance(event, TransactionPayloadEvent):
-            out.extend(parser.payload_events(event))
-    return out
 
 
 def remove_relay(directory: Path) -> None:
