@@ -131,6 +131,11 @@ class RelayError(ReplicadError):
     """The relay log could not be written or read."""
 
 
+class RelayLockedError(RelayError):
+    """Another process holds the relay directory (a second daemon with the same
+    `relay.directory` and pipeline on this host, or a deposed leader not yet gone)."""
+
+
 class RelayCorruptError(RelayError):
     """A relay segment holds bytes that fail their checksum or framing: names the segment and
     the byte offset."""

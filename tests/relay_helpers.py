@@ -4,9 +4,11 @@ bytes are fair events here; tests through the daemon use real binlog events."""
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 
+from replicad.relay.writer import RelayWriter
 from replicad.source.position import Position
 
 
@@ -50,3 +52,13 @@ def random_transactions(
         pos += sum(len(e) for e in events) + 19
         out.append(Txn(events, Position("mariadb-bin.000001", pos), 1_700_000_000 + i))
     return out
+
+
+def crash(writer: RelayWriter) -> None:
+    """What the kernel does for a writer whose process died: its descriptors close (the
+    directory lock goes with them), nothing is synced, the manifest is left as it was."""
+    for name in ("_fd", "_lock_fd"):
+        fd = getattr(writer, name)
+        if fd is not None:
+            os.close(fd)
+            setattr(writer, name, None)

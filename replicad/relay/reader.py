@@ -27,9 +27,13 @@ class RelayTransaction:
     end: int
 
 
-def binlog_key(position: Position) -> tuple[str, int]:
-    """Relay order: binlog coordinates (every position has them)."""
-    return position.file, position.pos
+def binlog_key(position: Position) -> tuple[str, int, int]:
+    """Relay order: binlog coordinates (every position has them). The file's numeric
+    extension compares as a number: after `.999999` the server goes on with `.1000000`."""
+    base, dot, extension = position.file.rpartition(".")
+    if dot and extension.isdigit():
+        return base, int(extension), position.pos
+    return position.file, -1, position.pos
 
 
 def first_segment(segments: Sequence[SegmentInfo], after: Position | None) -> int:

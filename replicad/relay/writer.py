@@ -12,6 +12,7 @@ found whole, and the stored checkpoint never passes what the sinks acknowledged.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Literal
 
 import structlog
 
-from replicad.errors import RelayCorruptError, RelayError
+from replicad.errors import RelayCorruptError, RelayError, RelayLockedError
 from replicad.relay.files import SegmentScan, file_size
 from replicad.relay.manifest import (
     Manifest,
@@ -67,6 +68,9 @@ class Recovery:
     adopted: str | None = None  # a segment created but not yet in the manifest
 
 
+LOCK_NAME = "LOCK"
+
+
 def _format_identity(fde: bytes, checksums: bool) -> bytes:
     """A FORMAT_DESCRIPTION event without what changes between files of the same format:
     its header (timestamp, positions), its create timestamp and its CRC trailer."""
@@ -81,6 +85,7 @@ class RelayWriter:
         self.source = source
         self.manifest = Manifest()
         self._fd: int | None = None
+        self._lock_fd: int | None = None
         self._offset = 0  # bytes in the current segment, as handed to the OS
         self._last: Position | None = None  # after the last committed transaction
         self._durable_offset = 0
@@ -140,8 +145,17 @@ class RelayWriter:
     # ------------------------------------------------------------------ open / recovery
     def open(self) -> Recovery:
         """Load the manifest, check the segments it lists, cut a torn tail off the current
-        segment (logging what was dropped) and get ready to append after it."""
+        segment (logging what was dropped) and get ready to append after it. The directory
+        stays locked against other processes until `close()`."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        try:
+            return self._open_locked()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _open_locked(self) -> Recovery:
         manifest = load_manifest(self.directory)
         if manifest is None:
             strays = sorted(p.name for p in self.directory.glob("relay-*.log"))
@@ -402,14 +416,43 @@ class RelayWriter:
         self._manifest_at = time.monotonic()
 
     def close(self) -> None:
-        """Sync what was committed (a transaction in progress is dropped) and close."""
-        if self._fd is None:
+        """Sync what was committed (a transaction in progress is dropped), close, unlock."""
+        try:
+            if self._fd is not None:
+                self.abort()
+                self._manifest_at = 0.0
+                self.sync()
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self._unlock()
+
+    def _lock(self) -> None:
+        """An exclusive flock on `LOCK` (released by the kernel if the process dies); the
+        file names the holder's pid for the error message of the next one."""
+        if self._lock_fd is not None:
             return
-        self.abort()
-        self._manifest_at = 0.0
-        self.sync()
-        os.close(self._fd)
-        self._fd = None
+        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise RelayLockedError(
+                "the relay directory is in use by another process (another replicad with the "
+                "same relay.directory and pipeline, or a previous leader still stopping)",
+                directory=str(self.directory),
+                holder_pid=holder,
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock; the file stays (no unlink race)
+            self._lock_fd = None
 
     # ------------------------------------------------------------------ segments
     def _rotate(self) -> None:

@@ -45,7 +45,12 @@ from replicad.coordination.zk import (
     submit_command,
     wait_command,
 )
-from replicad.errors import ConfigError, CoordinationUnavailableError, ReplicadError
+from replicad.errors import (
+    ConfigError,
+    CoordinationUnavailableError,
+    RelayLockedError,
+    ReplicadError,
+)
 from replicad.service.daemon import Pipeline, run_until_stopped
 from replicad.service.operator import resolve_position
 from replicad.sinks.base import SinkUnavailableError
@@ -194,9 +199,10 @@ async def _lead(
             # as a loss (the position is still where the last fenced write put it).
             plog.warning("leadership_abandoned", error=str(exc), epoch=epoch)
             await _settle_loss(leadership)
-        except SinkUnavailableError as exc:
-            # A transient sink failure (e.g. a Kafka producer in a fatal state): this
-            # pipeline stopped at its last checkpoint. Step down so that a standby (or this
+        except (SinkUnavailableError, RelayLockedError) as exc:
+            # A transient sink failure (e.g. a Kafka producer in a fatal state), or the relay
+            # directory still held by a deposed leader on this host: this pipeline stopped
+            # at its last checkpoint. Step down so that a standby (or this
             # worker, after a pause) starts it afresh; the worker's other pipelines go on.
             plog.error("pipeline_failed", error=str(exc), kind=type(exc).__name__, epoch=epoch)
             await _settle_loss(leadership)

@@ -24,6 +24,7 @@ from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.source.position import Position
 from replicad.source.transactions import Begin, Commit, TransactionAssembler
 from tests.binlog_helpers import binlog_files_since, binlog_position
+from tests.relay_helpers import crash
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -340,7 +341,7 @@ def test_a_torn_tail_is_noted_not_damage(relayed: Relayed) -> None:
     current = relayed.directory / writer.segment  # type: ignore[operator]
     size = current.stat().st_size
     assert size > writer._durable_offset
-    del writer  # a crash: no commit, no close
+    crash(writer)  # a crash: no commit, no close
 
     result = cli("relay", "inspect", "--json", "--verify", relayed.directory)
     assert result.returncode == 0, result.stdout

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicad.errors import RelayCorruptError, RelayTornError
+from replicad.errors import RelayCorruptError, RelayLockedError, RelayTornError
 from replicad.relay.files import SegmentScan
-from replicad.relay.manifest import MANIFEST, load_manifest
-from replicad.relay.reader import RelayReader
+from replicad.relay.manifest import MANIFEST, SegmentInfo, load_manifest
+from replicad.relay.reader import RelayReader, binlog_key, first_segment
 from replicad.relay.writer import RelayOptions, RelayWriter
-from tests.relay_helpers import Txn, fake_fde, random_transactions
+from replicad.source.position import Position
+from tests.relay_helpers import Txn, crash, fake_fde, random_transactions
 
 SMALL = RelayOptions(segment_bytes=256 * 1024, part_bytes=64 * 1024, fsync="os")
 
@@ -102,7 +105,7 @@ def test_a_torn_transaction_is_cut_at_open_and_never_served(tmp_path: Path) -> N
     size = segment.stat().st_size
     assert size > writer._durable_offset  # parts of the open transaction are on disk
     assert read_back(tmp_path) == txns  # a reader does not serve it
-    del writer  # a crash: no close()
+    crash(writer)  # a crash: no close()
     reopened = RelayWriter(tmp_path, SMALL)
     recovery = reopened.open()
     assert recovery.position == txns[-1].position
@@ -197,7 +200,7 @@ def test_a_crash_after_a_rotation_before_the_manifest_adopts_the_new_segment(
     extra = random_transactions(random.Random(4), 1, start_pos=txns[-1].position.pos)[0]
     writer._rotate()  # header of the next segment written, manifest then saved...
     (tmp_path / MANIFEST).write_bytes(manifest_before)  # ...pretend the save never happened
-    del writer
+    crash(writer)
     reopened = RelayWriter(tmp_path, SMALL)
     recovery = reopened.open()
     assert recovery.adopted is not None and recovery.position == txns[-1].position
@@ -275,3 +278,50 @@ def test_a_new_format_after_reopening_an_empty_segment_rotates(tmp_path: Path) -
         if list(scan.transactions_iter()):
             assert scan.header is not None
             assert scan.header.format_description == fake_fde(b"11.8.1-MariaDB"), info.name
+
+
+def test_a_relay_directory_is_locked_by_one_process_at_a_time(tmp_path: Path) -> None:
+    """A second daemon on the same relay directory would interleave segments: it is refused,
+    with the holder's pid, until the holder closes or dies (the kernel drops its lock)."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path\n"
+            "from replicad.relay.writer import RelayWriter\n"
+            "RelayWriter(Path(sys.argv[1])).open(); print('ready', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        with pytest.raises(RelayLockedError) as info:
+            RelayWriter(tmp_path).open()
+        assert info.value.context == {"directory": str(tmp_path), "holder_pid": str(child.pid)}
+    finally:
+        child.kill()
+        child.wait()
+    writer = write(tmp_path, random_transactions(random.Random(21), 3))  # the lock died with it
+    with pytest.raises(RelayLockedError):  # one writer per directory within a process too
+        RelayWriter(tmp_path).open()
+    writer.close()
+    reopened = RelayWriter(tmp_path)
+    reopened.open()
+    reopened.close()
+
+
+def test_binlog_files_order_by_number_past_six_digits(tmp_path: Path) -> None:
+    """The server goes from mariadb-bin.999999 to mariadb-bin.1000000: as strings that would
+    sort backwards, and the reader would start in the wrong segment."""
+    last_six = Position("mariadb-bin.999999", 4000)
+    first_seven = Position("mariadb-bin.1000000", 4)
+    assert binlog_key(last_six) < binlog_key(first_seven)
+    segments = [
+        SegmentInfo(1, Position("mariadb-bin.999998", 4)),
+        SegmentInfo(2, Position("mariadb-bin.999999", 900)),
+        SegmentInfo(3, Position("mariadb-bin.1000000", 4)),
+    ]
+    assert first_segment(segments, last_six) == 1
+    assert first_segment(segments, Position("mariadb-bin.1000000", 500)) == 2
+    assert first_segment(segments, Position("mariadb-bin.1000001", 4)) == 2
