@@ -398,9 +398,12 @@ def write_relay(
     pool: bytes,
     count: int,
     profiler: cProfile.Profile | None = None,
+    pipelined: bool = False,
 ) -> Result:
     """Appends `count` transactions; timed: open() .. close(), without the generation of
-    the batches (done between timed stretches, and outside `profiler` if given)."""
+    the batches (done between timed stretches, and outside `profiler` if given).
+    `pipelined`: commit(wait=False), as the relayed stream does under `transaction` (the
+    sync thread groups the commits made during one fdatasync; close() waits for the last)."""
     on = profiler.enable if profiler else _nothing
     off = profiler.disable if profiler else _nothing
     digest, commit_h, txn_h = Digest(), Histogram(), Histogram()
@@ -413,7 +416,8 @@ def write_relay(
         writer = RelayWriter(directory, options, source="bench")
         writer.open()
         writer.set_format(fake_fde(), True)
-        append, commit = writer.append, writer.commit
+        append = writer.append
+        commit = (lambda p, ts: writer.commit(p, ts, wait=False)) if pipelined else writer.commit
         elapsed += clock() - start
         off()
         for batch in batches(workload, count):
@@ -443,7 +447,8 @@ def write_relay(
         off()
     return Result(
         f"relay {options.fsync}"
-        + (f" {options.fsync_interval_ms} ms" * (options.fsync == "interval")),
+        + (f" {options.fsync_interval_ms} ms" * (options.fsync == "interval"))
+        + (", commit(wait=False)" * pipelined),
         "write",
         elapsed / 1e9,
         digest,
@@ -789,6 +794,25 @@ def run(args: argparse.Namespace, root: Path, workload: Workload) -> tuple[list[
                 shutil.rmtree(directory)
             else:
                 written[policy] = (directory, res.digest)
+        directory = root / f"relay-transaction-pipelined-{rep + 1}"
+        os.sync()
+        res = write_relay(
+            directory,
+            relay_options(args, "transaction"),
+            workload,
+            pool,
+            counts["transaction"],
+            pipelined=True,
+        )
+        res.baseline = RAW_MODES["txn"]
+        res.name += f" #{rep + 1}" * (args.repeat > 1)
+        results.append(res)
+        try:
+            if not read_relay(directory, "warm").digest.same(res.digest):
+                problems.append(f"{res.name}: read back differs from what was written")
+        except ReplicadError as exc:
+            problems.append(f"{res.name}: reading it back failed: {exc}")
+        shutil.rmtree(directory)
         print(f"  writes #{rep + 1} done", file=sys.stderr)
     os.sync()
     # reads: every relay directory, cold (this verifies them); raw reads of the `os` one

@@ -20,6 +20,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import structlog
 from replicad.binlog.events import Event, EventType, FormatDescriptionEvent, TransactionPayloadEvent
 from replicad.binlog.parser import BinlogParser
 from replicad.config import RelayConfig, SourceConfig
-from replicad.errors import RelayCorruptError, RelayTornError
+from replicad.errors import RelayCorruptError, RelayError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, segment_number
 from replicad.relay.reader import binlog_key, first_segment, parse_raw_event
@@ -72,6 +73,8 @@ class RelayedStream:
         )
         self._window: deque[Unit] = deque()
         self._window_bytes = 0
+        self._unsynced_bytes = 0  # `transaction` fsync: units waiting for their sync
+        self._generation = 0  # bumped when the relay is dropped: late syncs are ignored
         self._changed = asyncio.Event()  # set on every new unit (and on failure)
         self._progress = asyncio.Event()  # set when the relay shrinks (back-pressure)
         self._task: asyncio.Task[None] | None = None
@@ -151,7 +154,10 @@ class RelayedStream:
                 await self._changed.wait()
 
     def _ahead(self, after: Position) -> bool:
-        end = self.writer.position
+        """The relay holds a unit after `after` that may be served (on disk under the
+        `transaction` fsync, committed otherwise)."""
+        writer = self.writer
+        end = writer.durable_position if writer.options.fsync == "transaction" else writer.position
         return end is not None and binlog_key(end) > binlog_key(after)
 
     def _in_memory_after(self, after: Position) -> Unit | None:
@@ -195,7 +201,14 @@ class RelayedStream:
                 return  # the writer is inside a transaction there: not served
 
     def _committed_end(self, segment: str) -> int | None:
-        return self.writer.committed_offset if segment == self.writer.segment else None
+        """Where readers of the segment being written stop: under `transaction` at what is
+        on disk (published only once durable), otherwise at the last commit."""
+        writer = self.writer
+        if segment != writer.segment:
+            return None
+        if writer.options.fsync == "transaction":
+            return writer.durable_offset
+        return writer.committed_offset
 
     # ------------------------------------------------------------------ the replica task
     def _start(self, after: Position) -> None:
@@ -264,6 +277,8 @@ class RelayedStream:
         (directory / MANIFEST).unlink(missing_ok=True)
         self.writer = RelayWriter(directory, self.writer.options, source=self.writer.source)
         self.writer.open()
+        self._generation += 1
+        self._unsynced_bytes = 0
 
     def _replica_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -299,21 +314,50 @@ class RelayedStream:
             for thing in assembler.feed(event):
                 if isinstance(thing, Commit):
                     previous = writer.position
-                    writer.commit(thing.position, event.header.timestamp)
-                    self._remember(
-                        Unit(
-                            previous,
-                            thing.position,
-                            writer.segment or "",
-                            writer.committed_offset,
-                            unit_events if unit_bytes <= keep_limit else None,
-                            unit_bytes,
-                        )
+                    synced = writer.commit(thing.position, event.header.timestamp, wait=False)
+                    unit = Unit(
+                        previous,
+                        thing.position,
+                        writer.segment or "",
+                        writer.committed_offset,
+                        unit_events if unit_bytes <= keep_limit else None,
+                        unit_bytes,
                     )
+                    if synced is None:
+                        self._remember(unit)
+                    else:
+                        await self._remember_when_synced(synced, unit)
                     unit_events, unit_bytes = [], 0
                     await self._hold_back()
             if isinstance(event, TransactionPayloadEvent):
                 pass  # its inner events follow, raw None: already stored with it
+
+    async def _remember_when_synced(self, synced: Future[None], unit: Unit) -> None:
+        """`transaction` fsync: a unit is published only once on disk. The sync runs on the
+        writer's thread and reading goes on meanwhile (the commits that arrive during one
+        sync share the next); units become visible in commit order as their syncs complete.
+        Reading waits only when a quarter of `memory_bytes` is waiting for the disk."""
+        loop = asyncio.get_running_loop()
+        generation = self._generation
+        self._unsynced_bytes += unit.size
+        synced.add_done_callback(
+            lambda future: loop.call_soon_threadsafe(self._synced, future, unit, generation)
+        )
+        if self._unsynced_bytes > self.config.memory_bytes // 4:
+            with contextlib.suppress(RelayError):  # reported by _synced
+                await asyncio.wrap_future(synced)
+
+    def _synced(self, future: Future[None], unit: Unit, generation: int) -> None:
+        if generation != self._generation:
+            return  # of a relay dropped since (refetch): its units are gone with it
+        self._unsynced_bytes -= unit.size
+        failure = future.exception()
+        if failure is not None:
+            if self._failure is None:  # the publisher raises it; the replica at its next call
+                self._failure = failure
+                self._changed.set()
+            return
+        self._remember(unit)
 
     def _remember(self, unit: Unit) -> None:
         window = self._window
@@ -377,10 +421,7 @@ class RelayedStream:
             sealed_ms = info.max_commit_ts * 1000
             if not over and now_ms - sealed_ms < self.config.retention.keep_s * 1000:
                 break
-            path = self.writer.directory / info.name
-            segments.remove(info)
-            self.writer.save_manifest()
-            path.unlink(missing_ok=True)
+            self.writer.drop_segment(info)
             removed.append(info.name)
         if removed:
             log.info("relay_segments_deleted", segments=removed, checkpoint=str(checkpoint))

@@ -63,7 +63,7 @@ def events_of(i: int) -> list[bytes]:
     return [rng.randbytes(rng.randint(0, 2000)) for _ in range(rng.randint(1, 6))]
 
 
-@pytest.mark.parametrize("policy", ["transaction", "os"])
+@pytest.mark.parametrize("policy", ["transaction", "interval", "os"])
 def test_sigkill_at_random_points_loses_no_acknowledged_transaction(
     tmp_path: Path, policy: str
 ) -> None:

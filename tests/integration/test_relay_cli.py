@@ -340,7 +340,7 @@ def test_a_torn_tail_is_noted_not_damage(relayed: Relayed) -> None:
         writer.append(event)
     current = relayed.directory / writer.segment  # type: ignore[operator]
     size = current.stat().st_size
-    assert size > writer._durable_offset
+    assert size > writer.durable_offset
     crash(writer)  # a crash: no commit, no close
 
     result = cli("relay", "inspect", "--json", "--verify", relayed.directory)

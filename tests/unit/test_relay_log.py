@@ -3,17 +3,20 @@ Crash safety under SIGKILL is in tests/faults/test_relay_crash.py."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicad.errors import RelayCorruptError, RelayLockedError, RelayTornError
+from replicad.errors import RelayCorruptError, RelayError, RelayLockedError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, SegmentInfo, load_manifest
 from replicad.relay.reader import RelayReader, binlog_key, first_segment
@@ -103,7 +106,7 @@ def test_a_torn_transaction_is_cut_at_open_and_never_served(tmp_path: Path) -> N
         writer.append(event)
     segment = tmp_path / writer.segment  # type: ignore[operator]
     size = segment.stat().st_size
-    assert size > writer._durable_offset  # parts of the open transaction are on disk
+    assert size > writer.durable_offset  # parts of the open transaction are on disk
     assert read_back(tmp_path) == txns  # a reader does not serve it
     crash(writer)  # a crash: no close()
     reopened = RelayWriter(tmp_path, SMALL)
@@ -325,3 +328,74 @@ def test_binlog_files_order_by_number_past_six_digits(tmp_path: Path) -> None:
     assert first_segment(segments, last_six) == 1
     assert first_segment(segments, Position("mariadb-bin.1000000", 500)) == 2
     assert first_segment(segments, Position("mariadb-bin.1000001", 4)) == 2
+
+
+def test_syncs_run_beside_the_writer_and_the_manifest_never_names_unsynced_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `transaction`, a slow disk does not hold up commit(wait=False) (the relayed
+    stream's event loop goes on publishing); commits made during a sync are synced together;
+    the manifest names a transaction only once its sync completed."""
+    txns = random_transactions(random.Random(31), 12)
+    writer = RelayWriter(tmp_path, RelayOptions(fsync="transaction", manifest_interval_s=0))
+    writer.open()
+    writer.set_format(fake_fde(), True)
+    for event in txns[0].events:
+        writer.append(event)
+    writer.commit(txns[0].position, txns[0].commit_ts)  # waits: durable on return
+    assert load_manifest(tmp_path).durable_position == txns[0].position  # type: ignore[union-attr]
+
+    gate = threading.Event()
+    calls = []
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        calls.append(fd)
+        gate.wait(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    started = time.monotonic()
+    futures = []
+    for txn in txns[1:]:
+        for event in txn.events:
+            writer.append(event)
+        futures.append(writer.commit(txn.position, txn.commit_ts, wait=False))
+    assert time.monotonic() - started < 2.0, "commit waited for the disk"
+    assert all(f is not None and not f.done() for f in futures)
+    assert load_manifest(tmp_path).durable_position == txns[0].position  # type: ignore[union-attr]
+    assert read_back(tmp_path) == txns  # readers see what was handed to the OS
+
+    gate.set()
+    for future in futures:
+        future.result(timeout=10)  # type: ignore[union-attr]
+    assert writer.durable_position == txns[-1].position
+    assert load_manifest(tmp_path).durable_position == txns[-1].position  # type: ignore[union-attr]
+    assert len(calls) <= 2, f"{len(calls)} syncs for {len(futures)} commits: not grouped"
+    writer.close()
+
+
+def test_a_failed_sync_fails_its_commit_and_every_later_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    txns = random_transactions(random.Random(32), 3)
+    writer = write(tmp_path, txns[:1], RelayOptions(fsync="transaction"))
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+    for event in txns[1].events:
+        writer.append(event)
+    future = writer.commit(txns[1].position, txns[1].commit_ts, wait=False)
+    assert future is not None
+    with pytest.raises(RelayError, match="cannot fsync the relay: Input/output error"):
+        future.result(timeout=10)
+    with pytest.raises(RelayError, match="cannot fsync"):
+        writer.append(txns[2].events[0])  # nothing after a failed sync is taken
+    monkeypatch.undo()
+    with pytest.raises(RelayError):
+        writer.close()
+    reopened = RelayWriter(tmp_path, SMALL)  # closed and unlocked all the same
+    assert reopened.open().position in (txns[0].position, txns[1].position)
+    reopened.close()
