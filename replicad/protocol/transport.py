@@ -179,7 +179,16 @@ class AsyncConnection:
             raise ProtocolError(f"unexpected {type(event).__name__} in the binlog stream")
 
     async def close(self) -> None:
-        """Say goodbye when idle, then close the socket. Never raises."""
+        """Say goodbye when idle, then close the socket. Never raises.
+
+        A connection in a binlog dump is aborted (socket closed at once, no TLS
+        close_notify): the primary streams on, a graceful TLS close waits for an answer
+        that never comes, and meanwhile the half-open socket keeps the primary's dump thread
+        for this server_id alive, so the next dump with the same server_id waited too."""
+        if self._conn.state is State.DUMPING and not self._dump_over:
+            with contextlib.suppress(Exception):
+                self._writer.transport.abort()
+            return
         if self._conn.state is State.READY:
             with contextlib.suppress(ReplicadError, OSError):
                 self._writer.write(self._conn.send(Quit()))
@@ -252,7 +261,10 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
         # close waiter is one future shared by every caller (the stream's own clean-up and
         # Pipeline.close/abandon close the same connection); a timeout or a cancelled caller
         # must not cancel it under the others, who would get CancelledError.
-        await asyncio.wait_for(asyncio.shield(writer.wait_closed()), 2.0)
+        try:
+            await asyncio.wait_for(asyncio.shield(writer.wait_closed()), 2.0)
+        except TimeoutError:
+            writer.transport.abort()  # or the socket lingers through asyncio's 30 s SSL timeout
 
 
 async def connect(

@@ -8,9 +8,11 @@ this test's own table and GTIDs instead of assuming the stream holds nothing els
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import random
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -300,6 +302,49 @@ async def test_binlog_dump_from_file_position(db: Db, mariadb) -> None:
         assert on_disk[header.log_pos - len(raw) : header.log_pos] == raw
         compared += 1
     assert compared >= 4
+
+
+@pytest.mark.asyncio
+async def test_closing_a_connection_mid_dump_frees_the_primarys_dump_thread(db: Db) -> None:
+    """A reconnecting replica closes the old connection while the primary still streams.
+    Over TLS a graceful close waited for a close_notify answer that never came (up to
+    asyncio's 30 s), and the half-open socket kept the primary's dump thread for that
+    server_id alive: the next dump with the same server_id got nothing meanwhile."""
+    pm, _name = db
+    with pm.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, big LONGBLOB)")
+        for i in range(24):  # more than the socket buffers hold: the server is mid-stream
+            cur.execute("INSERT INTO t VALUES (%s, REPEAT('x', 1024 * 1024))", (i,))
+    conn = await connect(HOST, MARIADB_PORT, "root", "root", tls=TlsMode.REQUIRED)
+    try:
+        ((thread_id, *_),) = (await conn.query("SELECT CONNECTION_ID()")).rows
+        ((log_file, *_),) = (await conn.query("SHOW BINARY LOGS")).rows[-1:]
+        server_id = _server_id()
+        # Heartbeats every 0.2 s: a dump thread with nothing left to send also writes, and
+        # learns at once that its connection is gone (as the daemon's own dumps do).
+        await conn.execute("SET @master_heartbeat_period = 200000000")
+        await _replica_session(conn, server_id)
+        await conn.start_dump(server_id, str(log_file), 4)  # blocking: the thread stays
+        await conn.__anext__()  # the stream has begun; the rest is left unread:
+        await asyncio.sleep(1.5)  # the buffers fill, reading pauses, the server blocks
+    except BaseException:
+        await conn.close()
+        raise
+    started = time.monotonic()
+    await conn.close()
+    closed_s = time.monotonic() - started
+    assert closed_s < 1.0, f"close() took {closed_s:.2f} s"
+
+    def dump_thread_alive() -> bool:
+        with pm.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
+                        (int(thread_id),))  # fmt: skip
+            return bool(cur.fetchone()[0])
+
+    deadline = time.monotonic() + 3.0
+    while dump_thread_alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # the event loop completes the abort
+    assert not dump_thread_alive(), "the primary kept the closed connection's dump thread"
 
 
 @pytest.mark.asyncio
