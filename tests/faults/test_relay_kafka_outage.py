@@ -43,7 +43,10 @@ def relay_replicad(tmp_path: Path, kafka: str, prefix: str, relay_yaml: str, ser
         server_id=server_id,
         prefix=prefix,
         kafka=kafka,
-        kafka_yaml="max_in_flight: 300",
+        # linger 50 ms: fewer, larger batches. tansu keeps each batch as one S3 object and
+        # reads them back one by one; the trickle of back-pressure cycles once made 9k
+        # objects for one test, and reading them took longer than read_topics' 300 s.
+        kafka_yaml="max_in_flight: 300\nproducer: {linger.ms: 50}",
         extra_yaml=(
             f"relay:\n  enabled: true\n  directory: {relay_dir.parent}\n  segment_bytes: 65536\n"
             f"  fsync: interval\n{relay_yaml}"
