@@ -57,8 +57,7 @@ def random_transactions(
 def crash(writer: RelayWriter) -> None:
     """What the kernel does for a writer whose process died: its descriptors close (the
     directory lock goes with them), nothing is synced, the manifest is left as it was."""
-    for name in ("_fd", "_lock_fd"):
-        fd = getattr(writer, name)
-        if fd is not None:
-            os.close(fd)
-            setattr(writer, name, None)
+    if writer._fd is not None:
+        os.close(writer._fd)
+        writer._fd = None
+    writer._process_lock.release()

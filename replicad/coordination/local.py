@@ -18,6 +18,7 @@ import structlog
 
 from replicad.atomic_file import write_atomically
 from replicad.errors import ConfigError, ReplicadError
+from replicad.process_lock import ProcessLock, holder_pid
 from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory
 
@@ -102,28 +103,19 @@ class PositionFileLock:
 
     def __init__(self, position_path: str | os.PathLike[str]) -> None:
         self.path = lock_path(position_path)
-        self._fd: int | None = None
+        self._lock = ProcessLock(self.path)
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        if not self._lock.try_acquire():
             raise DaemonRunningError(
                 "another replicad process uses this position file",
                 file=str(self.path),
                 pid=holder_pid(self.path),
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+            )
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
 
 
 def running_pid(position_path: str | os.PathLike[str]) -> int | None:
@@ -140,13 +132,6 @@ def running_pid(position_path: str | os.PathLike[str]) -> int | None:
     finally:
         os.close(fd)  # also releases a lock taken just now
     return None
-
-
-def holder_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
 
 
 class LocalPipelineStore:

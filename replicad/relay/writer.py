@@ -22,7 +22,6 @@ wait for that thread first: they close or delete files and rewrite the manifest 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import threading
 import time
@@ -34,6 +33,7 @@ from typing import Literal
 import structlog
 
 from replicad.errors import RelayCorruptError, RelayError, RelayLockedError
+from replicad.process_lock import ProcessLock, holder_pid
 from replicad.relay.files import SegmentScan, file_size
 from replicad.relay.manifest import (
     Manifest,
@@ -98,7 +98,7 @@ class RelayWriter:
         self.source = source
         self.manifest = Manifest()
         self._fd: int | None = None
-        self._lock_fd: int | None = None
+        self._process_lock = ProcessLock(directory / LOCK_NAME)
         self._offset = 0  # bytes in the current segment, as handed to the OS
         self._last: Position | None = None  # after the last committed transaction
         # How much of the current segment is on disk, and the position after it: one tuple,
@@ -500,30 +500,17 @@ class RelayWriter:
         (self.directory / info.name).unlink(missing_ok=True)
 
     def _lock(self) -> None:
-        """An exclusive flock on `LOCK` (released by the kernel if the process dies); the
-        file names the holder's pid for the error message of the next one."""
-        if self._lock_fd is not None:
-            return
-        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
-            os.close(fd)
+        """One process per relay directory: see ProcessLock."""
+        if not self._process_lock.try_acquire():
             raise RelayLockedError(
                 "the relay directory is in use by another process (another replicad with the "
                 "same relay.directory and pipeline, or a previous leader still stopping)",
                 directory=str(self.directory),
-                holder_pid=holder,
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+                holder_pid=holder_pid(self._process_lock.path),
+            )
 
     def _unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock; the file stays (no unlink race)
-            self._lock_fd = None
+        self._process_lock.release()
 
     # ------------------------------------------------------------------ segments
     def _rotate(self) -> None:

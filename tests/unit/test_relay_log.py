@@ -301,7 +301,7 @@ def test_a_relay_directory_is_locked_by_one_process_at_a_time(tmp_path: Path) ->
         assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         with pytest.raises(RelayLockedError) as info:
             RelayWriter(tmp_path).open()
-        assert info.value.context == {"directory": str(tmp_path), "holder_pid": str(child.pid)}
+        assert info.value.context == {"directory": str(tmp_path), "holder_pid": child.pid}
     finally:
         child.kill()
         child.wait()
