@@ -1,4 +1,5 @@
-"""Crash-safe file replacement, shared by the position store and the schema history."""
+"""Crash-safe file replacement, shared by the position store, the schema history and the
+relay manifest; and the directory fsync that makes a new or renamed entry durable."""
 
 from __future__ import annotations
 
@@ -23,14 +24,19 @@ def write_atomically(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(temp, path)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_directory(directory)
     except OSError:
         try:
             temp.unlink(missing_ok=True)
         except OSError:
             pass
         raise
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the entries of `directory` (a file created or renamed in it) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -32,6 +32,7 @@ from typing import Literal
 
 import structlog
 
+from replicad.atomic_file import fsync_directory
 from replicad.errors import RelayCorruptError, RelayError, RelayLockedError
 from replicad.process_lock import ProcessLock, holder_pid
 from replicad.relay.files import SegmentScan, file_size
@@ -552,7 +553,7 @@ class RelayWriter:
         self._fd, self._offset = fd, 0
         self._write(encode_header(header))
         os.fdatasync(fd)
-        _fsync_dir(self.directory)
+        fsync_directory(self.directory)
         self.manifest.segments.append(SegmentInfo(number, self._last))
         self._segment_format = _format_identity(fde, checksums)
         self._stats = Footer(None, None, 0, 0, 0, 0)
@@ -574,14 +575,6 @@ def _summarise(info: SegmentInfo, scan: SegmentScan) -> None:
     info.last = scan.last.position if scan.last else None
     info.max_commit_ts = scan.max_commit_ts
     info.transactions = scan.transactions
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Syncer:
