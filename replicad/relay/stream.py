@@ -154,11 +154,18 @@ class RelayedStream:
                 await self._changed.wait()
 
     def _ahead(self, after: Position) -> bool:
-        """The relay holds a unit after `after` that may be served (on disk under the
-        `transaction` fsync, committed otherwise)."""
-        writer = self.writer
-        end = writer.durable_position if writer.options.fsync == "transaction" else writer.position
+        """The relay holds a unit after `after` that may be served."""
+        end = self._servable()[1]
         return end is not None and binlog_key(end) > binlog_key(after)
+
+    def _servable(self) -> tuple[int, Position | None]:
+        """How far the current segment may be served, and the position there: under the
+        `transaction` fsync what is on disk (published only once durable), otherwise the
+        last commit."""
+        writer = self.writer
+        if writer.options.fsync == "transaction":
+            return writer.durable
+        return writer.committed_offset, writer.position
 
     def _in_memory_after(self, after: Position) -> Unit | None:
         window = self._window
@@ -201,14 +208,8 @@ class RelayedStream:
                 return  # the writer is inside a transaction there: not served
 
     def _committed_end(self, segment: str) -> int | None:
-        """Where readers of the segment being written stop: under `transaction` at what is
-        on disk (published only once durable), otherwise at the last commit."""
-        writer = self.writer
-        if segment != writer.segment:
-            return None
-        if writer.options.fsync == "transaction":
-            return writer.durable_offset
-        return writer.committed_offset
+        """Where readers of the segment being written stop (see _servable)."""
+        return self._servable()[0] if segment == self.writer.segment else None
 
     # ------------------------------------------------------------------ the replica task
     def _start(self, after: Position) -> None:

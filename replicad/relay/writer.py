@@ -128,6 +128,12 @@ class RelayWriter:
         return self._durable_state[1]
 
     @property
+    def durable(self) -> tuple[int, Position | None]:
+        """How much of the current segment is on disk and the position after it, read
+        together (the sync thread replaces the pair whole)."""
+        return self._durable_state
+
+    @property
     def durable_offset(self) -> int:
         """How much of the current segment is known to be on disk (a transaction boundary)."""
         return self._durable_state[0]
@@ -359,7 +365,7 @@ class RelayWriter:
             if wait:  # on this thread: a hand-off to the sync thread and back costs ~140 µs
                 self._syncer.drain()
                 self._fsync_current()
-                if time.monotonic() - self._manifest_at >= self.options.manifest_interval_s:
+                if self._manifest_due():
                     self._save_manifest()
                 return None
             return self.request_sync()
@@ -420,7 +426,7 @@ class RelayWriter:
         manifest follows at most every `manifest_interval_s` (it only names synced data)."""
         future = self.request_sync()
         if future is not None:
-            self._syncer.wait(future)
+            future.result()
 
     def request_sync(self) -> Future[None] | None:
         """Have the sync thread make everything committed so far durable; the future is
@@ -483,12 +489,7 @@ class RelayWriter:
         """On the caller's thread, the sync thread drained: rotation and close."""
         assert self._fd is not None
         if self.durable_offset != self._offset:
-            try:
-                os.fdatasync(self._fd)
-            except OSError as exc:
-                raise RelayError(
-                    f"cannot fsync the relay: {exc.strerror}", segment=self.segment
-                ) from None
+            _fdatasync(self._fd, self.segment)
             self._durable_state = (self._offset, self._last)
         self._synced_at = time.monotonic()
 
@@ -577,6 +578,13 @@ def _summarise(info: SegmentInfo, scan: SegmentScan) -> None:
     info.transactions = scan.transactions
 
 
+def _fdatasync(fd: int, segment: str | None) -> None:
+    try:
+        os.fdatasync(fd)
+    except OSError as exc:
+        raise RelayError(f"cannot fsync the relay: {exc.strerror}", segment=segment) from None
+
+
 class _Syncer:
     """One background thread that fdatasyncs the writer's current segment and then, when
     due, rewrites the manifest to name what is now durable. Requests made while a sync is
@@ -617,22 +625,13 @@ class _Syncer:
         fd, offset, position = target
         writer = self._writer
         try:
-            os.fdatasync(fd)
-        except OSError as exc:
-            self._failure = RelayError(
-                f"cannot fsync the relay: {exc.strerror}", segment=writer.segment
-            )
-            raise self._failure from None
-        writer._durable_state = (offset, position)
-        if writer._manifest_due():
-            try:
+            _fdatasync(fd, writer.segment)
+            writer._durable_state = (offset, position)
+            if writer._manifest_due():
                 save_manifest(writer.directory, writer._manifest_snapshot(offset, position))
-            except RelayError as exc:
-                self._failure = exc
-                raise
-
-    def wait(self, future: Future[None]) -> None:
-        future.result()
+        except RelayError as exc:
+            self._failure = exc
+            raise
 
     def drain(self) -> None:
         """Wait until no sync is queued or running (for rotation, retention, close)."""
