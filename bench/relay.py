@@ -785,13 +785,7 @@ def run(args: argparse.Namespace, root: Path, workload: Workload) -> tuple[list[
             res.name += f" #{rep + 1}" * (args.repeat > 1)
             results.append(res)
             if rep + 1 < args.repeat:  # an earlier repeat: verify (warm), then make room
-                try:
-                    check = read_relay(directory, "warm")
-                    if not check.digest.same(res.digest):
-                        problems.append(f"{res.name}: read back differs from what was written")
-                except ReplicadError as exc:
-                    problems.append(f"{res.name}: reading it back failed: {exc}")
-                shutil.rmtree(directory)
+                problems += verify_and_remove(directory, res)
             else:
                 written[policy] = (directory, res.digest)
         directory = root / f"relay-transaction-pipelined-{rep + 1}"
@@ -807,12 +801,7 @@ def run(args: argparse.Namespace, root: Path, workload: Workload) -> tuple[list[
         res.baseline = RAW_MODES["txn"]
         res.name += f" #{rep + 1}" * (args.repeat > 1)
         results.append(res)
-        try:
-            if not read_relay(directory, "warm").digest.same(res.digest):
-                problems.append(f"{res.name}: read back differs from what was written")
-        except ReplicadError as exc:
-            problems.append(f"{res.name}: reading it back failed: {exc}")
-        shutil.rmtree(directory)
+        problems += verify_and_remove(directory, res)
         print(f"  writes #{rep + 1} done", file=sys.stderr)
     os.sync()
     # reads: every relay directory, cold (this verifies them); raw reads of the `os` one
@@ -852,6 +841,18 @@ def run(args: argparse.Namespace, root: Path, workload: Workload) -> tuple[list[
                 problems.append(f"{r.name}: {r.note}")
         results += rows
     return results, problems
+
+
+def verify_and_remove(directory: Path, written: Result) -> list[str]:
+    """A relay directory not kept for the cold reads: read it back (warm), then delete it."""
+    problems = []
+    try:
+        if not read_relay(directory, "warm").digest.same(written.digest):
+            problems.append(f"{written.name}: read back differs from what was written")
+    except ReplicadError as exc:
+        problems.append(f"{written.name}: reading it back failed: {exc}")
+    shutil.rmtree(directory)
+    return problems
 
 
 # --------------------------------------------------------------------------- profiling
@@ -907,15 +908,13 @@ def _us(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
+VOLUME_HEAD = ("txns", "event MB", "file MB", "seconds", "MB/s", "txn/s")  # _volume_cells
+
+
 def format_table(results: list[Result]) -> str:
     head = (
         "write",
-        "txns",
-        "event MB",
-        "file MB",
-        "seconds",
-        "MB/s",
-        "txn/s",
+        *VOLUME_HEAD,
         "lat p50 µs",
         "p99 µs",
         "max µs",
@@ -931,13 +930,7 @@ def format_table(results: list[Result]) -> str:
         lat = r.latency
         rows.append(
             (
-                r.name,
-                f"{r.digest.txns:,}",
-                f"{r.digest.event_bytes / MB:,.1f}",
-                f"{r.file_bytes / MB:,.1f}",
-                f"{r.seconds:.2f}",
-                f"{r.mb_s:,.0f}",
-                f"{r.txn_s:,.0f}",
+                *_volume_cells(r),
                 _us(lat.percentile(50) if lat else None),
                 _us(lat.percentile(99) if lat else None),
                 _us(lat.max / 1000 if lat else None),
@@ -948,12 +941,7 @@ def format_table(results: list[Result]) -> str:
         )
     read_head = (
         "read",
-        "txns",
-        "event MB",
-        "file MB",
-        "seconds",
-        "MB/s",
-        "txn/s",
+        *VOLUME_HEAD,
         "cache",
         "self CPU",
         "other CPU",
@@ -964,18 +952,25 @@ def format_table(results: list[Result]) -> str:
             continue
         read_rows.append(
             (
-                r.name,
-                f"{r.digest.txns:,}",
-                f"{r.digest.event_bytes / MB:,.1f}",
-                f"{r.file_bytes / MB:,.1f}",
-                f"{r.seconds:.2f}",
-                f"{r.mb_s:,.0f}",
-                f"{r.txn_s:,.0f}",
+                *_volume_cells(r),
                 r.cache or "-",
                 *_cpu_cells(r),
             )
         )
     return _grid(head, rows) + "\n\n" + _grid(read_head, read_rows)
+
+
+def _volume_cells(r: Result) -> tuple[str, ...]:
+    """The first columns of both tables: name, txns, event MB, file MB, seconds, MB/s, txn/s."""
+    return (
+        r.name,
+        f"{r.digest.txns:,}",
+        f"{r.digest.event_bytes / MB:,.1f}",
+        f"{r.file_bytes / MB:,.1f}",
+        f"{r.seconds:.2f}",
+        f"{r.mb_s:,.0f}",
+        f"{r.txn_s:,.0f}",
+    )
 
 
 def _cpu_cells(r: Result) -> tuple[str, str]:
