@@ -109,6 +109,20 @@ def assert_refused(client: KazooClient, paths: ZkPaths, *, may_read: bool) -> No
             action()
 
 
+async def sasl_leader(
+    clients: Callable[[ZookeeperConfig], ZkClient], server: str, acl: str, table: str
+) -> tuple[str, ZkPaths, Leadership]:
+    """replicad logged in over SASL as `replicad` with `acl`, leading a pipeline for `table`
+    under a new root: (root, paths, leadership)."""
+    root = unique_root()
+    paths = ZkPaths(root, "default", table)
+    owner = clients(zk_config(server, root, acl=acl, auth=sasl_auth("replicad", REPLICAD_PASSWORD)))
+    await owner.start_async(timeout_s=15)
+    lead = Leadership(owner, paths)
+    assert await within(lead.campaign(), 10, "leadership") == 1
+    return root, paths, lead
+
+
 # ------------------------------------------------------------------------------------------
 def test_pure_sasl_is_installed() -> None:
     """CI installs the `test` extra, which carries pure-sasl: never skip for want of it."""
@@ -125,14 +139,7 @@ async def test_sasl_login_and_private_acl(
     position, status). Every node it made, from its root down, carries exactly the ACL
     sasl:replicad ALL; `other` (logged in over SASL) and an anonymous session are refused
     reads and writes, and replicad configured as `other` gets the typed ACL error."""
-    root = unique_root()
-    paths = ZkPaths(root, "default", "orders")
-    owner = clients(
-        zk_config(sasl_zk, root, acl="private", auth=sasl_auth("replicad", REPLICAD_PASSWORD))
-    )
-    await owner.start_async(timeout_s=15)
-    lead = Leadership(owner, paths)
-    assert await within(lead.campaign(), 10, "leadership") == 1
+    root, paths, lead = await sasl_leader(clients, sasl_zk, "private", "orders")
     lead.save_position(pos(1))
     assert lead.publish_status({"lag_s": 0.5})
     assert lead.load_position() == pos(1)
@@ -174,16 +181,7 @@ async def test_sasl_private_readable(
 ) -> None:
     """acl=private-readable: sasl:replicad ALL plus world READ. `other` and an anonymous
     session read the position and the candidates, and can write nothing."""
-    root = unique_root()
-    paths = ZkPaths(root, "default", "public")
-    owner = clients(
-        zk_config(
-            sasl_zk, root, acl="private-readable", auth=sasl_auth("replicad", REPLICAD_PASSWORD)
-        )
-    )
-    await owner.start_async(timeout_s=15)
-    lead = Leadership(owner, paths)
-    assert await within(lead.campaign(), 10, "leadership") == 1
+    root, paths, lead = await sasl_leader(clients, sasl_zk, "private-readable", "public")
     lead.save_position(pos(2))
     assert lead.publish_status({"lag_s": 0.0})
 
@@ -256,14 +254,7 @@ async def test_enforced_sasl_server(
     before its first request, so it leads and writes; an anonymous kazoo session is closed;
     replicad without credentials or with digest ones gets CoordinationAuthError saying a
     SASL login is required."""
-    root = unique_root()
-    paths = ZkPaths(root, "default", "orders")
-    owner = clients(
-        zk_config(enforcing_zk, root, acl="private", auth=sasl_auth("replicad", REPLICAD_PASSWORD))
-    )
-    await owner.start_async(timeout_s=15)
-    lead = Leadership(owner, paths)
-    assert await within(lead.campaign(), 10, "leadership") == 1
+    root, paths, lead = await sasl_leader(clients, enforcing_zk, "private", "orders")
     lead.save_position(pos(3))
     with raw_client(enforcing_zk, sasl=("replicad", REPLICAD_PASSWORD)) as kz:
         assert read_json(kz, paths.position)["position"] == pos(3).to_json()
