@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import signal
 import socket
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,18 +25,14 @@ from replicad.coordination.local import (
     LocalPipelineStore,
     LocalPositionStore,
     PositionFileLock,
-    PositionStoreError,
     read_status,
     running_pid,
     status_path,
 )
 from replicad.errors import (
-    AuthError,
     ConfigError,
-    RelayCorruptError,
     RelayError,
     ReplicadError,
-    TlsError,
 )
 from replicad.relay.decode import (
     SegmentStart,
@@ -51,19 +46,19 @@ from replicad.relay.decode import (
 from replicad.relay.inspect import inspect_relay, render_report
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
+from replicad.service.exits import (
+    EXIT_CHECK_FAILED,
+    EXIT_CONFIG,
+    EXIT_DATA_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_code,
+)
 from replicad.service.logging import configure_logging
 from replicad.service.operator import PositionValueError, describe_position, resolve_position
-from replicad.sinks.base import SinkError, SinkUnavailableError
+from replicad.service.signals import install_stop_handlers
 from replicad.sinks.envelope import change_to_dict, dumps
-from replicad.source.schema import SchemaHistoryError, default_history_path
-from replicad.source.stream import DumpRefusedError, PositionLostError
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1  # `check` found something that would stop replication
-EXIT_USAGE = 64  # EX_USAGE
-EXIT_DATA_ERROR = 65  # EX_DATAERR: the input could not be decoded
-EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: transient failure; a restart may succeed
-EXIT_CONFIG = 78  # EX_CONFIG: configuration, credentials or position need an operator
+from replicad.source.schema import default_history_path
 
 
 def _position(text: str) -> int:
@@ -225,21 +220,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-# Errors a restart cannot fix: bad config or credentials, TLS, a position the primary no longer
-# has, a refused dump, a damaged position or schema-history file or relay.
-OPERATOR_ERRORS = (
-    ConfigError,
-    AuthError,
-    TlsError,
-    PositionLostError,
-    DumpRefusedError,
-    PositionStoreError,
-    SchemaHistoryError,
-    SinkError,  # a message Kafka rejects (too large, not authorized) or a fenced producer
-    RelayCorruptError,  # a damaged relay (relay.on_corruption: refetch recovers by itself)
-)
-
-
 def _load(args: argparse.Namespace) -> tuple[Config, str]:
     config = load_config(args.config)
     configure_logging(config.log.format, config.log.level)
@@ -264,9 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def main_loop() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        install_stop_handlers(stop, max(c.shutdown.timeout_s for c in configs))
         if zookeeper is not None:
             from replicad.service.ha import run_with_zookeeper
 
@@ -281,16 +259,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main_loop())
-    except SinkUnavailableError as exc:  # e.g. an aborted Kafka transaction: restart resumes
-        structlog.get_logger("replicad").error("failed", error=str(exc), kind=type(exc).__name__)
-        return EXIT_TEMPFAIL
-    except OPERATOR_ERRORS as exc:
-        # Restarting cannot fix these: tell systemd not to (see deploy/).
-        structlog.get_logger("replicad").error("fatal", error=str(exc), kind=type(exc).__name__)
-        return EXIT_CONFIG
     except ReplicadError as exc:
-        structlog.get_logger("replicad").error("failed", error=str(exc), kind=type(exc).__name__)
-        return EXIT_TEMPFAIL
+        # 78 tells systemd not to restart (see deploy/ and docs/operations.md); 75 to restart.
+        code = exit_code(exc)
+        event = "fatal" if code == EXIT_CONFIG else "failed"
+        structlog.get_logger("replicad").error(event, error=str(exc), kind=type(exc).__name__)
+        return code
     return EXIT_OK
 
 
@@ -478,7 +452,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             pipelines = [local_status(config)]
     except ReplicadError as exc:
         print(f"replicad status: {exc}", file=sys.stderr)
-        return EXIT_CONFIG if isinstance(exc, OPERATOR_ERRORS) else EXIT_TEMPFAIL
+        return exit_code(exc)
     _emit(args, {"pipelines": pipelines}, "\n\n".join(render_status(p) for p in pipelines))
     return EXIT_OK
 
@@ -560,7 +534,7 @@ def cmd_position(args: argparse.Namespace) -> int:
         print(f"replicad position {args.action}: {exc}", file=sys.stderr)
         if isinstance(exc, PositionValueError):
             return EXIT_USAGE
-        return EXIT_CONFIG if isinstance(exc, OPERATOR_ERRORS) else EXIT_TEMPFAIL
+        return exit_code(exc)
     log.info("position_changed", pipeline=config.pipeline, **result)
     _emit(
         args,

@@ -187,6 +187,17 @@ class CheckpointConfig(_Strict):
     rows: int = Field(10_000, ge=1)  # inside a huge transaction: a row-index checkpoint
 
 
+class ShutdownConfig(_Strict):
+    """SIGTERM/SIGINT: the process exits within `timeout_s` of the signal, whatever state it
+    is in. Up to half of it finishes the transaction in flight; what is left, less a few
+    seconds to close connections, lets the sinks acknowledge what was published. Past the
+    deadline the process exits 75 at once (the stored position only ever covers acknowledged
+    changes, so nothing is lost: the rest is sent again). Keep it below systemd's
+    TimeoutStopSec and docker's stop timeout."""
+
+    timeout_s: float = Field(60.0, ge=2)
+
+
 class LocalStoreConfig(_Strict):
     path: Path = Path("replicad-position.json")
 
@@ -313,6 +324,7 @@ class Config(_Strict):
     filters: FiltersConfig = FiltersConfig()
     sinks: SinksConfig = SinksConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
     coordination: CoordinationConfig = CoordinationConfig()
     schema_: SchemaConfig = Field(SchemaConfig(), alias="schema")
     log: LogConfig = LogConfig()

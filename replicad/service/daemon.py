@@ -51,16 +51,15 @@ from replicad.source.stream import (
     Reconnected,
     ReplicaStream,
     ServerInfo,
-    open_connection,
     server_info,
+    with_primary,
 )
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
 
 log = structlog.get_logger("replicad.daemon")
 
-SHUTDOWN_GRACE_S = 30.0  # finishing the transaction in flight after a stop request
-SHUTDOWN_DRAIN_S = 30.0  # waiting for sinks to acknowledge what was published
 FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
+CLOSE_RESERVE_S = 5.0  # of shutdown.timeout_s, kept for closing connections after the drain
 STATUS_INTERVAL_S = 2.0  # how often the status for `replicad status` is refreshed
 
 
@@ -202,21 +201,24 @@ class Pipeline:
                     store=self.store.describe(),
                     note="a snapshot of today's schema stands for the stored position",
                 )
-                conn = await open_connection(self.config.source, self.password)
-                try:
-                    history = await snapshot(conn, stored)
-                finally:
-                    await conn.close()
+                history = await with_primary(
+                    self.config.source,
+                    self.password,
+                    lambda conn: snapshot(conn, stored),
+                    what="schema snapshot",
+                )
             self.history = history
             return stored
-        conn = await open_connection(self.config.source, self.password)
-        try:
+
+        async def start_here(conn: AsyncConnection) -> tuple[Position, SchemaHistory]:
             info = await server_info(conn)
             position = await initial_position(conn, info, self.config.source.start)
             # Right after the start position was read, before the dump starts.
-            self.history = await snapshot(conn, position)
-        finally:
-            await conn.close()
+            return position, await snapshot(conn, position)
+
+        position, self.history = await with_primary(
+            self.config.source, self.password, start_here, what="start position"
+        )
         if self.config.source.start != "latest":
             log.warning(
                 "schema_snapshot_not_at_start",
@@ -431,13 +433,16 @@ class Pipeline:
             sink.abandon()
         await self.stream.close()
 
-    async def close(self, failed: bool = False) -> None:
-        """Stop reading, let the sinks deliver what was published (for at most
-        SHUTDOWN_DRAIN_S) and store the final acknowledged position. After a failure only
-        what was already handed over settles; nothing new is sent."""
+    async def close(self, failed: bool = False, drain_s: float | None = None) -> None:
+        """Stop reading, let the sinks deliver what was published (for at most `drain_s`,
+        by default what shutdown.timeout_s leaves after the grace) and store the final
+        acknowledged position. After a failure only what was already handed over settles;
+        nothing new is sent."""
         await self.stream.close()
         try:
-            timeout = FAILED_DRAIN_S if failed else SHUTDOWN_DRAIN_S
+            if drain_s is None:
+                drain_s = stop_budget(self.config.shutdown.timeout_s)[1]
+            timeout = min(FAILED_DRAIN_S, drain_s) if failed else drain_s
             for sink in self.sinks:
                 try:
                     await asyncio.wait_for(sink.drain(timeout, failed), timeout + 5)
@@ -459,6 +464,15 @@ class Pipeline:
                 sink.close()
 
 
+def stop_budget(timeout_s: float) -> tuple[float, float]:
+    """(grace, drain) of shutdown.timeout_s: up to half finishes the transaction in flight,
+    the drain gets what is left less a reserve for closing connections and the final
+    checkpoint (the watchdog in the CLI ends the process at the full timeout)."""
+    grace = timeout_s / 2
+    reserve = min(CLOSE_RESERVE_S, timeout_s * 0.2)
+    return grace, max(0.5, timeout_s - grace - reserve)
+
+
 async def run_until_stopped(
     config: Config,
     password: str,
@@ -468,20 +482,25 @@ async def run_until_stopped(
     inbox: CommandInbox | None = None,
 ) -> Pipeline:
     """Run the pipeline until `stop` is set; the transaction in flight is finished first
-    (for at most SHUTDOWN_GRACE_S: a sink that cannot deliver must not block the stop).
-    A pipeline that lost its lease (LeadershipLostError) ends without a final checkpoint and
-    without sending what its sinks still queue: another leader owns the position now."""
+    (for at most half of shutdown.timeout_s: a sink that cannot deliver must not block the
+    stop), then the sinks get the rest of it to acknowledge (`stop_budget`).
+    A pipeline that lost its lease (LeadershipLostError), or failed while its lease was not
+    valid, ends without a final checkpoint and without sending what its sinks still queue
+    (another leader owns the position now) and raises LeadershipLostError."""
     pipeline = Pipeline(config, password, store, lease, inbox)
     task = asyncio.create_task(pipeline.run())
     stopper = asyncio.create_task(stop.wait())
     failed = lost = False
+    grace_s, drain_s = stop_budget(config.shutdown.timeout_s)
     try:
         done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
             pipeline.request_stop()
             log.info("stop_requested", in_transaction=not pipeline.idle)
-            deadline = asyncio.get_running_loop().time() + SHUTDOWN_GRACE_S
+            deadline = asyncio.get_running_loop().time() + grace_s
             while not task.done() and not pipeline.idle:
+                if lease is not None and not lease.valid:
+                    break  # it may not publish the rest of the transaction anyway
                 if asyncio.get_running_loop().time() > deadline:
                     log.warning(
                         "stop_grace_exceeded",
@@ -495,7 +514,8 @@ async def run_until_stopped(
         try:
             await task
         except asyncio.CancelledError:
-            pass
+            # Stopped while the lease is in doubt: what the sinks queue is not ours to send.
+            lost = lease is not None and not lease.valid
         except LeadershipLostError:
             lost = True
             raise
@@ -505,17 +525,26 @@ async def run_until_stopped(
             # whose Kafka producer was fenced meanwhile): leadership is in doubt, so nothing
             # queued may be sent now; the error is for the record, not for the position.
             lost = lease is not None and not lease.valid
-            if lost:
-                log.warning("pipeline_failed_without_lease", error=str(exc), rows=pipeline.rows)
-            else:
+            if not lost:
                 pipeline.store.record_error(str(exc), type(exc).__name__)
-            raise
+                raise
+            log.warning(
+                "pipeline_failed_without_lease",
+                error=str(exc),
+                kind=type(exc).__name__,
+                rows=pipeline.rows,
+            )
+            raise LeadershipLostError(
+                "the pipeline failed while its leadership lease was not valid",
+                error=str(exc),
+                kind=type(exc).__name__,
+            ) from exc
     finally:
         stopper.cancel()
         if lost:
             await pipeline.abandon()
         else:
-            await pipeline.close(failed)
+            await pipeline.close(failed, drain_s)
     log.info(
         "stopped",
         position=str(pipeline.stored),

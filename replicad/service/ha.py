@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import structlog
 import zstandard
@@ -48,12 +48,12 @@ from replicad.coordination.zk import (
 from replicad.errors import (
     ConfigError,
     CoordinationUnavailableError,
-    RelayLockedError,
     ReplicadError,
 )
 from replicad.service.daemon import Pipeline, run_until_stopped
+from replicad.service.exits import needs_operator
 from replicad.service.operator import resolve_position
-from replicad.sinks.base import SinkUnavailableError
+from replicad.sinks.base import ProducerFencedError
 from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory, snapshot
 from replicad.source.stream import open_connection
@@ -64,6 +64,7 @@ SET_POSITION = "set_position"
 RETRY_AFTER_FAILURE_S = 5.0  # after a transient pipeline failure, before campaigning again
 COMMAND_POLL_S = 1.0
 _ZSTD_LEVEL = 3
+T = TypeVar("T")
 
 
 class ZkPipelineStore:
@@ -144,9 +145,13 @@ async def run_with_zookeeper(
     if len(set(names)) != len(names):
         raise ConfigError("two config files name the same pipeline", value=names)
     client = ZkClient(zk)
-    await client.start_async()
-    slots = LeadershipSlots(zk.max_pipelines)
     try:
+        started = await _unless_stopped(client.start_async(), stop)
+        if started is None:
+            log.info("stopped", note="stopped while connecting to ZooKeeper")
+            return
+        started.result()  # a refused login raises here
+        slots = LeadershipSlots(zk.max_pipelines)
         tasks = [
             asyncio.create_task(_lead(config, password, client, slots, stop))
             for config, password in zip(configs, passwords, strict=True)
@@ -167,6 +172,26 @@ async def run_with_zookeeper(
         await asyncio.to_thread(client.stop)
 
 
+async def _unless_stopped(
+    work: Coroutine[Any, Any, T], stop: asyncio.Event
+) -> asyncio.Future[T] | None:
+    """Run `work` unless `stop` is set first: its finished task (`.result()` gives its value
+    or raises its error), or None once it has been cancelled because of the stop. Every wait
+    of the worker outside a pipeline goes through here, so a signal is never ignored."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ReplicadError):
+        await task
+    return None
+
+
 async def _lead(
     config: Config, password: str, client: ZkClient, slots: LeadershipSlots, stop: asyncio.Event
 ) -> None:
@@ -176,14 +201,8 @@ async def _lead(
     leadership = Leadership(client, ZkPaths.from_config(zk, config.pipeline))
     plog = log.bind(pipeline=config.pipeline)
     while not stop.is_set():
-        campaign = asyncio.ensure_future(campaign_with_slot(leadership, slots))
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({campaign, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if not campaign.done():
-            campaign.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ReplicadError):
-                await campaign
+        campaign = await _unless_stopped(campaign_with_slot(leadership, slots), stop)
+        if campaign is None:
             break
         epoch = campaign.result()
         plog.info("leading", epoch=epoch, worker=client.identity.worker_id)
@@ -191,18 +210,23 @@ async def _lead(
         try:
             await _run_as_leader(config, password, leadership, stop, plog)
             break  # stopped on request
-        except LeadershipLostError as exc:
-            plog.warning("leadership_lost", error=str(exc), epoch=epoch)
+        except (LeadershipLostError, ProducerFencedError) as exc:
+            # Deposed: the session ended or was suspended too long, the epoch moved on, or
+            # the next leader's producer fenced ours. Back to standby at once, in this
+            # process; the next pipeline gets a fresh producer.
+            plog.warning("leadership_lost", error=str(exc), kind=type(exc).__name__, epoch=epoch)
             await _settle_loss(leadership)
         except CoordinationUnavailableError as exc:
             # The lease could not be confirmed and the pipeline gave up on a write: treat it
             # as a loss (the position is still where the last fenced write put it).
             plog.warning("leadership_abandoned", error=str(exc), epoch=epoch)
             await _settle_loss(leadership)
-        except (SinkUnavailableError, RelayLockedError) as exc:
-            # A transient sink failure (e.g. a Kafka producer in a fatal state), or the relay
-            # directory still held by a deposed leader on this host: this pipeline stopped
-            # at its last checkpoint. Step down so that a standby (or this
+        except ReplicadError as exc:
+            if needs_operator(exc):
+                raise  # a restart cannot fix it: the worker stops (exit 78)
+            # Transient (the primary or Kafka away for good measure, a producer in a fatal
+            # state, the relay directory still held by a deposed leader on this host): this
+            # pipeline stopped at its last checkpoint. Step down so that a standby (or this
             # worker, after a pause) starts it afresh; the worker's other pipelines go on.
             plog.error("pipeline_failed", error=str(exc), kind=type(exc).__name__, epoch=epoch)
             await _settle_loss(leadership)

@@ -27,8 +27,11 @@ class SinkUnavailableError(SinkError):
     stops and a restart resumes from the stored position."""
 
 
-class ProducerFencedError(SinkError):
-    """Another replicad instance took over this pipeline's Kafka transactional id."""
+class ProducerFencedError(SinkUnavailableError):
+    """Another replicad instance took over this pipeline's Kafka transactional id. Transient
+    for this process: under ZooKeeper it is how a deposed leader learns of its successor (it
+    returns to standby with a fresh producer); without ZooKeeper a restart resumes from the
+    stored position."""
 
 
 class Sink(Protocol):

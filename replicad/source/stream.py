@@ -15,14 +15,15 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 
 from replicad.binlog.events import Event, TransactionPayloadEvent
 from replicad.binlog.parser import BinlogParser, version_tuple
-from replicad.config import SourceConfig
+from replicad.config import ReconnectConfig, SourceConfig
 from replicad.errors import (
     AuthError,
     ConfigError,
@@ -93,6 +94,74 @@ def replica_uuid(source: SourceConfig, pipeline: str) -> str:
 def tls_config(source: SourceConfig) -> TlsConfig:
     tls = source.tls
     return TlsConfig(TlsMode(tls.mode), ca=tls.ca, cert=tls.cert, key=tls.key)
+
+
+# A restart cannot fix these: raised at once, never retried (the caller exits 78).
+FATAL_SOURCE_ERRORS: tuple[type[BaseException], ...] = (
+    AuthError,
+    ConfigError,
+    TlsError,
+    PositionLostError,
+    DumpRefusedError,
+)
+T = TypeVar("T")
+
+
+class Backoff:
+    """The reconnect policy (`source.reconnect`): exponential from `initial_s`, capped at
+    `max_s`, each wait varied by ±`jitter` so that replicas do not come back in step."""
+
+    def __init__(self, policy: ReconnectConfig) -> None:
+        self.policy = policy
+        self.attempt = 0
+        self._delay = policy.initial_s
+
+    def reset(self) -> None:
+        self.attempt = 0
+        self._delay = self.policy.initial_s
+
+    async def wait(self, event: str, exc: BaseException, **context: object) -> None:
+        """Log `event` (why, which attempt, how long until the next) and sleep."""
+        self.attempt += 1
+        jitter = self.policy.jitter
+        wait = self._delay * (1 + random.uniform(-jitter, jitter))
+        log.warning(
+            event,
+            error=str(exc),
+            error_type=type(exc).__name__,
+            attempt=self.attempt,
+            retry_in_s=round(wait, 3),
+            **context,
+        )
+        await asyncio.sleep(wait)
+        self._delay = min(self._delay * 2, self.policy.max_s)
+
+
+async def with_primary(
+    source: SourceConfig,
+    password: str,
+    work: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    what: str,
+) -> T:
+    """Open a connection to the primary, run `work` on it and close it. A primary that is
+    down or drops the connection is retried with the reconnect policy, as an outage while
+    streaming is (`source_unavailable`, every attempt); wrong credentials, TLS refusals and
+    bad configuration raise at once. Cancel the caller to give up (e.g. on a stop signal)."""
+    backoff = Backoff(source.reconnect)
+    while True:
+        try:
+            conn = await open_connection(source, password)
+            try:
+                return await work(conn)
+            finally:
+                await conn.close()
+        except FATAL_SOURCE_ERRORS:
+            raise
+        except (ReplicadError, OSError, TimeoutError) as exc:
+            await backoff.wait(
+                "source_unavailable", exc, host=source.host, port=source.port, doing=what
+            )
 
 
 async def open_connection(source: SourceConfig, password: str) -> AsyncConnection:
@@ -171,22 +240,19 @@ class ReplicaStream:
     async def events(
         self, position_of: Callable[[], Position]
     ) -> AsyncIterator[Event | Reconnected]:
-        attempt = 0
-        delay = self.source.reconnect.initial_s
+        backoff = Backoff(self.source.reconnect)
         while True:
             position = position_of()
             try:
                 conn = await self._start(position)
-            except (AuthError, ConfigError, TlsError, PositionLostError):
+            except FATAL_SOURCE_ERRORS:
                 raise
-            except (ReplicadError, OSError) as exc:
-                attempt += 1
-                delay = await self._backoff(exc, attempt, delay, position)
+            except (ReplicadError, OSError, TimeoutError) as exc:
+                await backoff.wait("source_disconnected", exc, resume_at=str(position))
                 continue
             if self.connections > 1:
-                yield Reconnected(position, attempt)
-            attempt = 0
-            delay = self.source.reconnect.initial_s
+                yield Reconnected(position, backoff.attempt)
+            backoff.reset()
             try:
                 async for event in self._decode(conn):
                     yield event
@@ -197,11 +263,9 @@ class ReplicaStream:
             except ServerError as exc:
                 if exc.code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
                     raise self._fatal_dump_error(exc, position) from None
-                attempt += 1
-                delay = await self._backoff(exc, attempt, delay, position)
+                await backoff.wait("source_disconnected", exc, resume_at=str(position))
             except (ReplicadError, OSError, TimeoutError) as exc:
-                attempt += 1
-                delay = await self._backoff(exc, attempt, delay, position)
+                await backoff.wait("source_disconnected", exc, resume_at=str(position))
             finally:
                 await conn.close()
                 self._conn = None
@@ -209,22 +273,6 @@ class ReplicaStream:
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()
-
-    async def _backoff(
-        self, exc: BaseException, attempt: int, delay: float, position: Position
-    ) -> float:
-        jitter = self.source.reconnect.jitter
-        wait = delay * (1 + random.uniform(-jitter, jitter))
-        log.warning(
-            "source_disconnected",
-            error=str(exc),
-            error_type=type(exc).__name__,
-            attempt=attempt,
-            retry_in_s=round(wait, 3),
-            resume_at=str(position),
-        )
-        await asyncio.sleep(wait)
-        return min(delay * 2, self.source.reconnect.max_s)
 
     def _fatal_dump_error(self, exc: ServerError, position: Position) -> ReplicadError:
         """Error 1236 covers every fatal dump condition; only some mean the position is gone.
