@@ -22,6 +22,9 @@ class FaultProxy:
         self.budget: Callable[[], int | None] = lambda: None
         # A partition: open connections are reset and new ones refused until `heal()`.
         self.partitioned = False
+        # A black hole: connections stay open (and new ones are accepted) but every byte is
+        # dropped until `heal()`: a peer notices only by its own timeouts.
+        self.silent = False
         self._open: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -54,7 +57,22 @@ class FaultProxy:
 
         self._loop.call_soon_threadsafe(reset_all)
 
+    def blackhole(self) -> None:
+        """Drop every byte both ways, resetting nothing (a silent network)."""
+        self.silent = True
+
     def heal(self) -> None:
+        """End a partition or a black hole. Connections that lived through a black hole
+        are reset (their streams lost bytes); new ones work."""
+        if self.silent:
+            self.partition()  # resets the connections that lost bytes; heals below
+
+            def end() -> None:
+                self.partitioned = False
+                self.silent = False
+
+            self._loop.call_soon_threadsafe(end)
+            return
         self.partitioned = False
 
     def _run(self) -> None:
@@ -88,6 +106,8 @@ class FaultProxy:
                     data = await reader.read(16384)
                     if not data:
                         break
+                    if self.silent:
+                        continue  # dropped
                     if cuttable and limit is None:
                         budget = self.budget()
                         limit = None if budget is None else sent + budget

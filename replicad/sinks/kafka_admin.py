@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicad.config import KafkaSinkConfig
@@ -97,9 +97,18 @@ class Topics:
             await asyncio.sleep(1.0)
 
 
+TAIL_WINDOW = 32  # offsets read back from each partition's end; grown until a record is found
+IDLE_S = 2.0  # a partition that gives nothing for this long counts as read (an open transaction
+# of another pipeline sharing the topic holds read_committed readers back)
+
+
 def read_position(config: KafkaSinkConfig, topic: str, pipeline: str) -> Position | None:
     """The last committed position record of `pipeline` in the positions topic
-    (read_committed). Stops at the end of each partition, or after 2 s without a record."""
+    (read_committed). Reads back from each partition's end, a window at a time (growing
+    eightfold while it holds no record of the pipeline), so that a takeover does not read
+    the whole topic (which may be long: a broker that does not compact, pipelines that
+    share the topic). Called after init_transactions, when no transaction of this pipeline
+    is open: every record of it below the end is settled."""
     consumer = Consumer(
         {
             "bootstrap.servers": config.bootstrap_servers,
@@ -113,21 +122,16 @@ def read_position(config: KafkaSinkConfig, topic: str, pipeline: str) -> Positio
     found: dict[str, Any] | None = None
     try:
         meta = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
-        partitions = list(meta.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        open_partitions = set(partitions)
-        idle_since = time.monotonic()
-        while open_partitions and time.monotonic() - idle_since < 2.0:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    open_partitions.discard(msg.partition())
-                continue
-            idle_since = time.monotonic()
-            if msg.key() == pipeline.encode() and msg.value():
-                found = orjson.loads(msg.value())
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S)
+            for p in meta.topics[topic].partitions
+        }
+        window = TAIL_WINDOW
+        while True:
+            found = _last_record(consumer, topic, pipeline, ends, window)
+            if found is not None or all(high - window <= low for low, high in ends.values()):
+                break
+            window *= 8
     finally:
         consumer.close()
     if found is None:
@@ -136,6 +140,41 @@ def read_position(config: KafkaSinkConfig, topic: str, pipeline: str) -> Positio
     position = Position.from_json(found["position"])
     log.info("kafka_position_loaded", topic=topic, position=str(position))
     return position
+
+
+def _last_record(
+    consumer: Consumer,
+    topic: str,
+    pipeline: str,
+    ends: dict[int, tuple[int, int]],
+    window: int,
+) -> dict[str, Any] | None:
+    """The pipeline's last record in the last `window` offsets of each partition."""
+    key = pipeline.encode()
+    # (partition, offset, record); the pipeline is the key, so its records share a partition
+    found: tuple[int, int, dict[str, Any]] | None = None
+    consumer.assign(
+        [TopicPartition(topic, p, max(low, high - window)) for p, (low, high) in ends.items()]
+    )
+    # The end of a partition is the EOF the fetch reports, not the watermark asked before:
+    # the test broker's answer to that is not reliable (one that is too low or too high only
+    # makes the window start earlier or later, which the growth corrects).
+    open_partitions = set(ends)
+    idle_since = time.monotonic()
+    while open_partitions and time.monotonic() - idle_since < IDLE_S:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                open_partitions.discard(msg.partition())
+            continue
+        idle_since = time.monotonic()
+        if msg.key() == key and msg.value():
+            record = (msg.partition(), msg.offset(), orjson.loads(msg.value()))
+            if found is None or record[:2] > found[:2]:
+                found = record
+    return None if found is None else found[2]
 
 
 def probe_kafka(config: KafkaSinkConfig, timeout_s: float = 5.0) -> str:
