@@ -71,8 +71,8 @@ class DaemonProcess:
     def count(self, event: str) -> int:
         return sum(1 for e in self.log_events() if e.get("event") == event)
 
-    def start(self) -> None:
-        before = self.count("source_connected")
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start `replicad run` without waiting for anything (its log goes to `err`)."""
         with self.err.open("ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
@@ -82,7 +82,12 @@ class DaemonProcess:
                 stderr=err,
             )
         DaemonProcess.started.append(self.proc)
-        proc = self.proc
+        return self.proc
+
+    def start(self) -> None:
+        """Start `replicad run` and wait until it is connected to the primary."""
+        before = self.count("source_connected")
+        proc = self.spawn()
         wait_for(
             lambda: self.count("source_connected") > before or proc.poll() is not None,
             20,

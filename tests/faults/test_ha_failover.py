@@ -1,32 +1,43 @@
 """High availability under faults: two or three `replicad run` daemons on one pipeline, a
 continuous random workload on MariaDB, and the leader repeatedly SIGKILLed, stopped past its
-ZooKeeper session (SIGSTOP ... SIGCONT: a zombie), or cut off from ZooKeeper until its session
-expires (a partition through a TCP proxy). Afterwards the Kafka topics are folded and compared
-with the tables.
+ZooKeeper session (SIGSTOP ... SIGCONT: a zombie), cut off from ZooKeeper until its session
+expires (a partition through a TCP proxy: connections reset) or silenced past its session (a
+black hole: nothing reset, the session expires on the server and the worker learns it when
+the network heals). Afterwards the Kafka topics are folded and compared with the tables.
 
 Oracles:
 - nothing lost: the topics, folded per key in binlog order (a consumer dropping repeats by
   source coordinates, as the README tells at-least-once consumers to), equal the tables;
-- duplicates only from the window each fault leaves: every repeated change lies after the
-  position ZooKeeper held just before some fault and no later than the primary's binlog end
-  right after that fault (what the deposed leader could have read);
+- duplicates only from the window each fault leaves (at-least-once): every repeated change
+  lies after the position ZooKeeper held just before some fault and no later than the
+  primary's binlog end right after that fault (for a black hole, which the leader cannot
+  notice, once its lease has run out by the clock); none at all in exactly-once mode;
 - a zombie publishes nothing after its leadership is gone: from its own log, it paused
   publishing at its first look at the lease after waking, and the rows it had handed to its
   sinks did not grow between that pause and the abandonment of its pipeline;
-- failover time (fault -> the new leader's first publish) is measured and reported, and held
-  to the target: session timeout + 2 s for faults that end the session at once (SIGKILL is
-  noticed only when the session times out, so it is session timeout + 2 s too).
+- no worker runs out: every deposed worker (fenced, abandoned, partitioned, killed and
+  restarted) is back as a candidate before the next fault, never exits, and leads again
+  later in the sequence when the rotation comes back to it;
+- failover time (fault -> the new leader's first publish) is measured, reported as a
+  distribution, and held to the target: session timeout + 2 s for every fault.
 
-Iterations: REPLICAD_HA_ITERATIONS (default 6 in CI) faults per test.
+Options: REPLICAD_HA_ITERATIONS (default 10) faults per run; REPLICAD_HA_REPEAT (default 1)
+runs of each test; REPLICAD_HA_REPORT=<file> appends each run's failover times as a JSON
+line. Every wait is derived from the session timeout; when a run fails, the tail of each
+worker's log is part of the failure message.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import statistics
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +65,20 @@ from tests.tcp_proxy import FaultProxy
 pytestmark = pytest.mark.faults
 
 SESSION_TIMEOUT_S = 3.0
-ITERATIONS = int(os.environ.get("REPLICAD_HA_ITERATIONS", "6"))
+ITERATIONS = int(os.environ.get("REPLICAD_HA_ITERATIONS", "10"))
+REPEAT = int(os.environ.get("REPLICAD_HA_REPEAT", "1"))
+REPORT = os.environ.get("REPLICAD_HA_REPORT")
+FAULTS = ("kill", "zombie", "partition", "expire")
+FAILOVER_TARGET_S = SESSION_TIMEOUT_S + 2.0
+LEASE_S = 0.6 * SESSION_TIMEOUT_S  # how long a leader may publish after its last renewal
+# Waits, from the session timeout: a takeover needs the old session to expire and the next
+# leader to start its pipeline; a deposed worker learns of its loss within a session timeout
+# of being able to (waking, healing) and campaigns again. The constant parts are for a
+# process start and a slow, loaded machine.
+TAKEOVER_WAIT_S = SESSION_TIMEOUT_S * 4 + 20
+DEPOSED_WAIT_S = SESSION_TIMEOUT_S * 4 + 20
+STARTUP_WAIT_S = SESSION_TIMEOUT_S * 4 + 30
+LOG_TAIL_LINES = 25
 
 
 class HaReplicad(KafkaReplicad):
@@ -76,30 +100,32 @@ class HaReplicad(KafkaReplicad):
 
     def start(self) -> None:  # a standby never connects to MariaDB: wait for its candidacy
         before = self.count("zk_candidate_created")
-        super_start = super(KafkaReplicad, self)
-        try:
-            super_start.start()
-        except AssertionError:
-            pass  # not the leader: no source_connected
-        assert self.proc is not None
+        proc = self.spawn()
         wait_for(
-            lambda: self.count("zk_candidate_created") > before or self.proc.poll() is not None,
-            20,
+            lambda: self.count("zk_candidate_created") > before or proc.poll() is not None,
+            STARTUP_WAIT_S,
             f"{self.name} to become a candidate",
         )
-        assert self.proc.poll() is None, self.err.read_text()[-3000:]
+        assert proc.poll() is None, self.err.read_text()[-3000:]
 
 
 def zk_state(zookeeper: str, root: str, pipeline: str) -> dict[str, Any]:
+    """The pipeline's status and position, and the workers that are candidates."""
     client = KazooClient(hosts=zookeeper)
     client.start(10)
     try:
         base = f"{root}/default/pipelines/{pipeline}"
         status = client.exists(f"{base}/status") and client.get(f"{base}/status")[0]
         position = client.exists(f"{base}/position") and client.get(f"{base}/position")[0]
+        candidates = []
+        if client.exists(f"{base}/election"):
+            for name in client.get_children(f"{base}/election"):
+                data = client.get(f"{base}/election/{name}")[0]
+                candidates.append(orjson.loads(data).get("worker"))
         return {
             "status": orjson.loads(status) if status else None,
             "position": orjson.loads(position)["position"] if position else None,
+            "candidates": sorted(candidates),
         }
     finally:
         client.stop()
@@ -143,7 +169,7 @@ def leader_of(workers: list[HaReplicad], zookeeper: str, root: str, pipeline: st
         worker = status and status.get("worker")
         return next((w for w in workers if w.name == worker and w.proc.poll() is None), None)
 
-    wait_for(lambda: current() is not None, 30, "a leader's status")
+    wait_for(lambda: current() is not None, TAKEOVER_WAIT_S, "a leader's status")
     found = current()
     assert found is not None
     return found
@@ -166,7 +192,7 @@ def wait_for_takeover(others: list[HaReplicad], started: float, fault: str) -> f
         times[:] = [t for w in others if (t := first_publish_after(w, started)) is not None]
         return bool(times)
 
-    wait_for(published, SESSION_TIMEOUT_S * 4 + 20, f"another worker to take over ({fault})")
+    wait_for(published, TAKEOVER_WAIT_S, f"another worker to take over ({fault})")
     return min(times)
 
 
@@ -177,7 +203,7 @@ def wait_for_abandon(worker: HaReplicad, after: float, who: str) -> None:
         )
 
     try:
-        wait_for(abandoned, 30, f"{who} to abandon its pipeline")
+        wait_for(abandoned, DEPOSED_WAIT_S, f"{who} to abandon its pipeline")
     except AssertionError as exc:  # say what it did instead (failed? exited?)
         assert worker.proc is not None
         seen = [
@@ -202,17 +228,55 @@ class Zombie:
 
 
 @dataclass
+class Fault:
+    kind: str
+    worker: str  # the leader it hit
+    started: float  # wall time
+    failover_s: float  # to the next leader's first publish
+
+
+@dataclass
 class FaultRun:
     """What `run_with_faults` did: the workers (all stopped), each fault's window
-    (ZooKeeper's position before it, the binlog end right after it), failover times, the
-    workers that were zombies (with when each was stopped and woken), and the statements
-    written."""
+    (ZooKeeper's position before it, the binlog end right after it), the faults with their
+    failover times, the workers that were zombies (with when each was stopped and woken),
+    and the statements written."""
 
     workers: list[HaReplicad]
     windows: list[tuple[tuple[str, int], tuple[str, int]]]
-    failovers: list[tuple[str, float]]
+    faults: list[Fault]
     zombies: list[Zombie]
     statements: int
+
+    @property
+    def failovers(self) -> list[tuple[str, float]]:
+        return [(f.kind, f.failover_s) for f in self.faults]
+
+
+def log_tails(workers: list[HaReplicad]) -> str:
+    """The last lines of each worker's log (not debug), compact, for a failure message."""
+    parts = []
+    for worker in workers:
+        code = None if worker.proc is None else worker.proc.poll()
+        events = [e for e in worker.log_events() if e.get("level") != "debug"]
+        lines = [
+            " ".join(
+                [e.get("timestamp", "?")[11:23], str(e.get("event"))]
+                + [f"{k}={e[k]}" for k in ("epoch", "error", "kind", "position") if k in e]
+            )[:300]
+            for e in events[-LOG_TAIL_LINES:]
+        ]
+        state = "running" if code is None else f"exited {code}"
+        parts.append(f"--- {worker.name} ({state}), last {len(lines)} lines:\n" + "\n".join(lines))
+    return "\n".join(parts)
+
+
+@contextmanager
+def worker_logs_on_failure(workers: list[HaReplicad]) -> Iterator[None]:
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{log_tails(workers)}") from exc
 
 
 def run_with_faults(
@@ -232,9 +296,11 @@ def run_with_faults(
 ) -> FaultRun:
     """`workers_n` workers of one pipeline and a continuous workload; `iterations` times the
     leader is SIGKILLed (and restarted as a standby), SIGSTOPped past its session (a zombie,
-    then SIGCONTed) or partitioned from ZooKeeper (healed once it abandoned its pipeline),
-    in that order. Returns after the last leader caught up with the primary and every worker
-    stopped cleanly (exit 0)."""
+    then SIGCONTed), partitioned from ZooKeeper (healed once it abandoned its pipeline) or
+    black-holed past its session (healed after it), in that order. Before each fault every
+    worker must be a candidate again (none ran out); afterwards every worker still runs and
+    each deposed one led again when the rotation came back to it. Returns after the last
+    leader caught up with the primary and every worker stopped cleanly (exit 0)."""
     zk_host, zk_port = zookeeper.split(":")
     proxies = [FaultProxy(zk_host, int(zk_port)).__enter__() for _ in range(workers_n)]
     workers = [
@@ -251,62 +317,123 @@ def run_with_faults(
         )
         for i in range(workers_n)
     ]
+    names = sorted(w.name for w in workers)
     proxy_of = {w.name: p for w, p in zip(workers, proxies, strict=True)}
     writer = BackgroundWriter(db, seed=seed, pause_s=0.02)
     windows: list[tuple[tuple[str, int], tuple[str, int]]] = []
-    failovers: list[tuple[str, float]] = []
+    faults: list[Fault] = []
     zombies: list[Zombie] = []
-    try:
+
+    def state() -> dict[str, Any]:
+        return zk_state(zookeeper, zk_root, pipeline)
+
+    with worker_logs_on_failure(workers):
+        try:
+            for worker in workers:
+                worker.start()
+            writer.start()
+            for i in range(iterations):
+                wait_for(
+                    lambda: state()["candidates"] == names,
+                    DEPOSED_WAIT_S,
+                    f"every worker to be a candidate before fault {i} (seen: "
+                    f"{state()['candidates']})",
+                )
+                leader = leader_of(workers, zookeeper, zk_root, pipeline)
+                wait_for(lambda: state()["position"], TAKEOVER_WAIT_S, "a position")
+                time.sleep(1.0)  # let it publish for a while
+                before = state()["position"]
+                kind = FAULTS[i % len(FAULTS)]
+                assert leader.proc is not None
+                started = time.time()
+                if kind == "kill":
+                    leader.stop(signal.SIGKILL)
+                elif kind == "zombie":
+                    leader.proc.send_signal(signal.SIGSTOP)
+                elif kind == "partition":
+                    proxy_of[leader.name].partition()
+                else:
+                    proxy_of[leader.name].blackhole()
+                    # Nothing tells it: it may publish until its lease runs out by its clock
+                    # (0.6 x session timeout after its last renewal, which was before now).
+                    time.sleep(LEASE_S + 0.5)
+                windows.append(((before["file"], before["pos"]), binlog_end()))
+                others = [w for w in workers if w is not leader]
+                took = wait_for_takeover(others, started, kind)
+                faults.append(Fault(kind, leader.name, started, took - started))
+                if kind == "kill":
+                    leader.start()  # back as a standby
+                elif kind == "zombie":
+                    woke = time.time()
+                    leader.proc.send_signal(signal.SIGCONT)
+                    wait_for_abandon(leader, woke, "the zombie")
+                    zombies.append(Zombie(leader, started, woke))
+                elif kind == "partition":
+                    wait_for_abandon(leader, started, "the partitioned leader")
+                    proxy_of[leader.name].heal()
+                else:
+                    # The takeover proves its session expired on the server; it learns so
+                    # when the network heals (or, by its lease's clock, before).
+                    proxy_of[leader.name].heal()
+                    wait_for_abandon(leader, started, "the black-holed leader")
+        finally:
+            statements = writer.stop()
+        leader_of(workers, zookeeper, zk_root, pipeline)
+        target = master_gtid()
+        wait_for(
+            lambda: (state()["position"] or {}).get("mariadb_gtid") == target,
+            TAKEOVER_WAIT_S + 40,
+            "the leader to catch up",
+        )
         for worker in workers:
-            worker.start()
-        writer.start()
-        for i in range(iterations):
-            leader = leader_of(workers, zookeeper, zk_root, pipeline)
-            wait_for(lambda: zk_state(zookeeper, zk_root, pipeline)["position"], 30, "a position")
-            time.sleep(1.0)  # let it publish for a while
-            before = zk_state(zookeeper, zk_root, pipeline)["position"]
-            fault = ("kill", "zombie", "partition")[i % 3]
-            started = time.time()
-            if fault == "kill":
-                leader.stop(signal.SIGKILL)
-            elif fault == "zombie":
-                assert leader.proc is not None
-                leader.proc.send_signal(signal.SIGSTOP)
-            else:
-                proxy_of[leader.name].partition()
-            windows.append(((before["file"], before["pos"]), binlog_end()))
-            others = [w for w in workers if w is not leader]
-            took = wait_for_takeover(others, started, fault)
-            failovers.append((fault, took - started))
-            if fault == "kill":
-                leader.start()  # back as a standby
-            elif fault == "zombie":
-                assert leader.proc is not None
-                woke = time.time()
-                leader.proc.send_signal(signal.SIGCONT)
-                wait_for_abandon(leader, woke, "the zombie")
-                zombies.append(Zombie(leader, started, woke))
-            else:
-                wait_for_abandon(leader, started, "the partitioned leader")
-                proxy_of[leader.name].heal()
-    finally:
-        statements = writer.stop()
-    leader_of(workers, zookeeper, zk_root, pipeline)
-    target = master_gtid()
-    wait_for(
-        lambda: (
-            (zk_state(zookeeper, zk_root, pipeline)["position"] or {}).get("mariadb_gtid") == target
-        ),
-        60,
-        "the leader to catch up",
-    )
-    for worker in workers:
-        assert worker.proc is not None
-        if worker.proc.poll() is None:
-            assert worker.stop() == 0, worker.err.read_text()[-3000:]
+            assert worker.proc is not None
+            assert worker.proc.poll() is None, f"{worker.name} exited {worker.proc.returncode}"
+        _assert_deposed_led_again(workers, faults)
+        for worker in workers:
+            assert worker.proc is not None
+            assert worker.stop() == 0, f"{worker.name} did not stop cleanly"
     for proxy in proxies:
         proxy.__exit__()
-    return FaultRun(workers, windows, failovers, zombies, statements)
+    return FaultRun(workers, windows, faults, zombies, statements)
+
+
+def _assert_deposed_led_again(workers: list[HaReplicad], faults: list[Fault]) -> None:
+    """Leadership rotates: a deposed worker rejoins at the back of the line, so it leads
+    again after `workers - 1` more faults. Every one whose turn came back must have led
+    (`leading` in its log after its fault) and published again."""
+    by_name = {w.name: w for w in workers}
+    for index, fault in enumerate(faults):
+        if index + len(workers) - 1 >= len(faults):
+            break  # its turn has not come back within the sequence
+        events = by_name[fault.worker].log_events()
+        led = [e for e in events if e.get("event") == "leading" and _ts(e) > fault.started]
+        published = [
+            e for e in events if e.get("event") == "first_row_published" and _ts(e) > fault.started
+        ]
+        assert led and published, (
+            f"{fault.worker}, deposed by fault {index} ({fault.kind}), never led again"
+        )
+
+
+def report_failovers(label: str, run: FaultRun) -> str:
+    """The failover distribution of a run, printed and (REPLICAD_HA_REPORT) recorded."""
+    times = sorted(f.failover_s for f in run.faults)
+    if REPORT:
+        with open(REPORT, "a") as out:
+            out.write(
+                json.dumps(
+                    {
+                        "test": label,
+                        "faults": [(f.kind, round(f.failover_s, 3)) for f in run.faults],
+                    }
+                )
+                + "\n"
+            )
+    return (
+        f"failover s over {len(times)} faults: min {times[0]:.2f}, median "
+        f"{statistics.median(times):.2f}, max {times[-1]:.2f}; "
+        + ", ".join(f"{f.kind} {f.failover_s:.2f}" for f in run.faults)
+    )
 
 
 def change_id(record: Record) -> tuple[Any, ...]:
@@ -316,6 +443,10 @@ def change_id(record: Record) -> tuple[Any, ...]:
     return (record.topic, *coordinate(record), op)
 
 
+ROUNDS = pytest.mark.parametrize("round_", range(REPEAT), ids=lambda r: f"round{r}")
+
+
+@ROUNDS
 @pytest.mark.parametrize("workers_n", [2, 3])
 def test_failover_loses_nothing_and_zombies_stay_silent(
     shop,  # noqa: F811
@@ -324,6 +455,7 @@ def test_failover_loses_nothing_and_zombies_stay_silent(
     zk_root: str,
     tmp_path: Path,
     workers_n: int,
+    round_: int,
 ) -> None:
     conn, db = shop
     prefix = f"ha{uuid.uuid4().hex[:8]}"
@@ -334,13 +466,13 @@ def test_failover_loses_nothing_and_zombies_stay_silent(
         zk_root,
         tmp_path,
         workers_n=workers_n,
-        pipeline=f"ha{workers_n}",
+        pipeline=f"ha{workers_n}{uuid.uuid4().hex[:6]}",
         prefix=prefix,
         server_id=7400 + workers_n,
-        seed=40 + workers_n,
+        seed=40 + workers_n + 10 * round_,
         iterations=ITERATIONS,
     )
-    windows, failovers = run.windows, run.failovers
+    windows = run.windows
 
     records = read_topics(kafka, prefix, db)
     assert fold_in_binlog_order(records, prefix, db) == normalise_expected(tables_state(conn, db))
@@ -354,27 +486,29 @@ def test_failover_loses_nothing_and_zombies_stay_silent(
         assert any(low < where <= high for low, high in windows), (dup, windows)
     for zombie in run.zombies:
         _assert_silent_after_loss(zombie)
-    worst = max(t for _, t in failovers)
+    failovers = report_failovers(f"at-least-once/{workers_n}", run)
     print(
-        f"{workers_n} workers, {ITERATIONS} faults, {run.statements} statements, "
-        f"{len(records)} messages, {len(dups)} duplicated; failover s: "
-        + ", ".join(f"{f} {t:.2f}" for f, t in failovers)
+        f"at-least-once, {workers_n} workers, {ITERATIONS} faults, {run.statements} statements, "
+        f"{len(records)} messages, {len(dups)} duplicated; {failovers}"
     )
-    assert worst <= SESSION_TIMEOUT_S + 2.0, failovers
+    assert max(t for _, t in run.failovers) <= FAILOVER_TARGET_S, run.failovers
 
 
-EOS_ITERATIONS = max(3, ITERATIONS // 2)
-
-
+@ROUNDS
+@pytest.mark.parametrize("workers_n", [2, 3])
 def test_exactly_once_failover_has_no_duplicates(
     shop,  # noqa: F811
     kafka: str,
     zookeeper: str,
     zk_root: str,
     tmp_path: Path,
+    workers_n: int,
+    round_: int,
 ) -> None:
-    """Exactly-once (`sinks.kafka.exactly_once: true`) under the same faults, two workers:
-    the committed Kafka transactions hold every change once, and they fold to the tables.
+    """Exactly-once (`sinks.kafka.exactly_once: true`) under the same faults, two and three
+    workers: the committed Kafka transactions hold every change once, and they fold to the
+    tables; a worker whose producer was fenced by its successor goes back to standby and
+    leads again later (it used to exit 78 and leave the pipeline short of a reader).
 
     What a real Kafka adds: a read_committed consumer never sees the records of an aborted
     Kafka transaction (the batch a SIGKILLed, stopped or partitioned leader had open, aborted
@@ -397,7 +531,8 @@ def test_exactly_once_failover_has_no_duplicates(
       handed no more rows to its sink when it abandoned its pipeline;
     - no worker logged a committed Kafka transaction after abandoning its pipeline, before it
       led again; and none that the next leader, fencing it, did not see: a commit logged after
-      another worker's init_transactions is no later than the position that worker loaded.
+      another worker's init_transactions is no later than the position that worker loaded;
+    - failover within session timeout + 2 s for every fault.
     """
     conn, db = shop
     prefix = f"he{uuid.uuid4().hex[:8]}"
@@ -408,12 +543,12 @@ def test_exactly_once_failover_has_no_duplicates(
         zookeeper,
         zk_root,
         tmp_path,
-        workers_n=2,
+        workers_n=workers_n,
         pipeline=pipeline,
         prefix=prefix,
-        server_id=7410,
-        seed=50,
-        iterations=EOS_ITERATIONS,
+        server_id=7410 + workers_n,
+        seed=50 + workers_n + 10 * round_,
+        iterations=ITERATIONS,
         kafka_yaml="exactly_once: true\nproducer: {transaction.timeout.ms: 10000}",
         log_level="debug",
     )
@@ -445,13 +580,14 @@ def test_exactly_once_failover_has_no_duplicates(
         _assert_no_commit_after_abandon(worker)
     _assert_successors_saw_every_commit(run.workers)
     instances = {b.split(":")[0] for b in committed}
+    failovers = report_failovers(f"exactly-once/{workers_n}", run)
     print(
-        f"exactly-once, 2 workers, {EOS_ITERATIONS} faults, {run.statements} statements, "
+        f"exactly-once, {workers_n} workers, {ITERATIONS} faults, {run.statements} statements, "
         f"{len(records)} messages in {len(committed)} committed batches of {len(instances)} "
         f"sink instances; {len(records) - len(kept)} messages of {len(aborted)} batches "
-        "without a position record dropped (aborted); 0 duplicated; failover s: "
-        + ", ".join(f"{f} {t:.2f}" for f, t in run.failovers)
+        f"without a position record dropped (aborted); 0 duplicated; {failovers}"
     )
+    assert max(t for _, t in run.failovers) <= FAILOVER_TARGET_S, run.failovers
 
 
 def _fold_difference(
