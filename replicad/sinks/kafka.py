@@ -42,7 +42,7 @@ from replicad.sinks.base import (
     SinkUnavailableError,
 )
 from replicad.sinks.envelope import EnvelopeWriter, dumps
-from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, Topics, read_position
+from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.source.position import Position
 
@@ -144,10 +144,27 @@ class KafkaSink:
         if not self.exactly_once:
             return None
         await self.topics.ensure(self.routing.positions_topic, compacted=True)
+        reader = PositionReader(self.config, self.routing.positions_topic, self.pipeline)
+        # Connecting the reader overlaps init_transactions (a takeover waits for both);
+        # reading waits for it: only then is every transaction of this pipeline settled.
+        # On a failure the reader is left to the garbage collector: its thread may still be
+        # using it, and closing a consumer under another thread's call is not safe.
+        preparing = asyncio.ensure_future(asyncio.to_thread(reader.prepare))
+        await self._init_transactions()
+        await preparing
+        log.info(
+            "kafka_transactions_ready",
+            transactional_id=self.transactional_id,
+            instance=self._instance,  # the first part of this sink's `replicad.batch` ids
+        )
+        return await asyncio.to_thread(reader.read)
+
+    async def _init_transactions(self) -> None:
+        """Fence older producers of this transactional id (aborting what they left open)."""
         while True:
             try:
                 await asyncio.to_thread(self.producer.init_transactions, ADMIN_TIMEOUT_S)
-                break
+                return
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.retriable():
@@ -155,14 +172,6 @@ class KafkaSink:
                     await asyncio.sleep(1.0)
                     continue
                 raise _fenced_or(err, "cannot initialise Kafka transactions") from None
-        log.info(
-            "kafka_transactions_ready",
-            transactional_id=self.transactional_id,
-            instance=self._instance,  # the first part of this sink's `replicad.batch` ids
-        )
-        return await asyncio.to_thread(
-            read_position, self.config, self.routing.positions_topic, self.pipeline
-        )
 
     # ------------------------------------------------------------------ publishing
 

@@ -102,44 +102,70 @@ IDLE_S = 2.0  # a partition that gives nothing for this long counts as read (an 
 # of another pipeline sharing the topic holds read_committed readers back)
 
 
+class PositionReader:
+    """Reads the last committed position record of `pipeline` in the positions topic
+    (read_committed), from the tail: a window of each partition's last offsets, growing
+    eightfold while it holds no record of the pipeline, so that a takeover does not read the
+    whole topic (long on a broker that does not compact, or when pipelines share the topic).
+
+    `prepare()` (connection, metadata, where each partition ends) may run while the
+    producer's init_transactions does; `read()` must come after it, when no transaction of
+    this pipeline is open any more: every record of it up to the end read is settled. An end
+    learnt before a late commit only makes the window start earlier than needed."""
+
+    def __init__(self, config: KafkaSinkConfig, topic: str, pipeline: str) -> None:
+        self.topic = topic
+        self.pipeline = pipeline
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": config.bootstrap_servers,
+                "group.id": f"replicad-{pipeline}-positions",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                **shared_settings(config),
+            }
+        )
+        self._ends: dict[int, tuple[int, int]] | None = None
+
+    def prepare(self) -> None:
+        meta = self.consumer.list_topics(self.topic, timeout=ADMIN_TIMEOUT_S)
+        self._ends = {
+            p: self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=ADMIN_TIMEOUT_S
+            )
+            for p in meta.topics[self.topic].partitions
+        }
+
+    def read(self) -> Position | None:
+        """The position (None: the pipeline has none); closes the consumer."""
+        try:
+            if self._ends is None:
+                self.prepare()
+            ends = self._ends
+            assert ends is not None
+            window = TAIL_WINDOW
+            while True:
+                found = _last_record(self.consumer, self.topic, self.pipeline, ends, window)
+                if found is not None or all(high - window <= low for low, high in ends.values()):
+                    break
+                window *= 8
+        finally:
+            self.close()
+        if found is None:
+            log.info("kafka_position_absent", topic=self.topic)
+            return None
+        position = Position.from_json(found["position"])
+        log.info("kafka_position_loaded", topic=self.topic, position=str(position))
+        return position
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 def read_position(config: KafkaSinkConfig, topic: str, pipeline: str) -> Position | None:
-    """The last committed position record of `pipeline` in the positions topic
-    (read_committed). Reads back from each partition's end, a window at a time (growing
-    eightfold while it holds no record of the pipeline), so that a takeover does not read
-    the whole topic (which may be long: a broker that does not compact, pipelines that
-    share the topic). Called after init_transactions, when no transaction of this pipeline
-    is open: every record of it below the end is settled."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": config.bootstrap_servers,
-            "group.id": f"replicad-{pipeline}-positions",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            **shared_settings(config),
-        }
-    )
-    found: dict[str, Any] | None = None
-    try:
-        meta = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S)
-            for p in meta.topics[topic].partitions
-        }
-        window = TAIL_WINDOW
-        while True:
-            found = _last_record(consumer, topic, pipeline, ends, window)
-            if found is not None or all(high - window <= low for low, high in ends.values()):
-                break
-            window *= 8
-    finally:
-        consumer.close()
-    if found is None:
-        log.info("kafka_position_absent", topic=topic)
-        return None
-    position = Position.from_json(found["position"])
-    log.info("kafka_position_loaded", topic=topic, position=str(position))
-    return position
+    """`PositionReader` in one step (nothing to overlap)."""
+    return PositionReader(config, topic, pipeline).read()
 
 
 def _last_record(

@@ -331,6 +331,13 @@ def run_with_faults(
         try:
             for worker in workers:
                 worker.start()
+            # The workload only once the first leader has its start position ("latest"):
+            # what is written before it is not the pipeline's.
+            wait_for(
+                lambda: any(w.count("source_connected") for w in workers),
+                STARTUP_WAIT_S,
+                "the first leader to connect to the primary",
+            )
             writer.start()
             for i in range(iterations):
                 wait_for(
