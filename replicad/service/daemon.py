@@ -522,9 +522,13 @@ async def run_until_stopped(
         except BaseException as exc:
             failed = True
             # Failing without a valid lease (e.g. a process that slept past its session and
-            # whose Kafka producer was fenced meanwhile): leadership is in doubt, so nothing
-            # queued may be sent now; the error is for the record, not for the position.
-            lost = lease is not None and not lease.valid
+            # whose Kafka producer was fenced meanwhile), or because ZooKeeper stopped
+            # answering (the lease may still look valid for a moment, the drain would outlast
+            # it): leadership is in doubt, so nothing queued may be sent now; the error is for
+            # the record, not for the position.
+            lost = lease is not None and (
+                not lease.valid or isinstance(exc, CoordinationUnavailableError)
+            )
             if not lost:
                 pipeline.store.record_error(str(exc), type(exc).__name__)
                 raise
