@@ -189,7 +189,7 @@ class CheckpointConfig(_Strict):
 
 class ShutdownConfig(_Strict):
     """SIGTERM/SIGINT: the process exits within `timeout_s` of the signal, whatever state it
-    is in. Up to half of it finishes the transaction in flight; what is left, less a few
+    is in. Up to 40 % of it finishes the transaction in flight; what is left, less a few
     seconds to close connections, lets the sinks acknowledge what was published. Past the
     deadline the process exits 75 at once (the stored position only ever covers acknowledged
     changes, so nothing is lost: the rest is sent again). Keep it below systemd's

@@ -119,7 +119,9 @@ class DaemonProcess:
     def log_events(self) -> list[dict[str, Any]]:
         if not self.err.exists():
             return []
-        return [json.loads(x) for x in self.err.read_text().splitlines() if x.startswith("{")]
+        # The daemon may be writing: a last line without its newline is not complete yet.
+        lines = self.err.read_text().split("\n")[:-1]
+        return [json.loads(x) for x in lines if x.startswith("{")]
 
     def position(self) -> dict[str, Any] | None:
         if not self.position_file.exists():

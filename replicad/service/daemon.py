@@ -445,7 +445,8 @@ class Pipeline:
             timeout = min(FAILED_DRAIN_S, drain_s) if failed else drain_s
             for sink in self.sinks:
                 try:
-                    await asyncio.wait_for(sink.drain(timeout, failed), timeout + 5)
+                    # a hard bound: the sink's own deadline may sit behind a wait for room
+                    await asyncio.wait_for(sink.drain(timeout, failed), timeout)
                 except TimeoutError:
                     log.warning("sink_drain_timeout", timeout_s=timeout)
                 except ReplicadError as exc:
@@ -465,11 +466,11 @@ class Pipeline:
 
 
 def stop_budget(timeout_s: float) -> tuple[float, float]:
-    """(grace, drain) of shutdown.timeout_s: up to half finishes the transaction in flight,
+    """(grace, drain) of shutdown.timeout_s: up to 40 % finishes the transaction in flight,
     the drain gets what is left less a reserve for closing connections and the final
     checkpoint (the watchdog in the CLI ends the process at the full timeout)."""
-    grace = timeout_s / 2
-    reserve = min(CLOSE_RESERVE_S, timeout_s * 0.2)
+    grace = timeout_s * 0.4
+    reserve = min(CLOSE_RESERVE_S, timeout_s * 0.25)
     return grace, max(0.5, timeout_s - grace - reserve)
 
 
@@ -482,7 +483,7 @@ async def run_until_stopped(
     inbox: CommandInbox | None = None,
 ) -> Pipeline:
     """Run the pipeline until `stop` is set; the transaction in flight is finished first
-    (for at most half of shutdown.timeout_s: a sink that cannot deliver must not block the
+    (for at most 40 % of shutdown.timeout_s: a sink that cannot deliver must not block the
     stop), then the sinks get the rest of it to acknowledge (`stop_budget`).
     A pipeline that lost its lease (LeadershipLostError), or failed while its lease was not
     valid, ends without a final checkpoint and without sending what its sinks still queue

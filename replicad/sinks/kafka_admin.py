@@ -21,6 +21,7 @@ from replicad.source.position import Position
 log = structlog.get_logger("replicad.sinks.kafka")
 
 ADMIN_TIMEOUT_S = 10.0
+METADATA_PROBE_S = 1.0  # one look at the topics while waiting for Kafka (retried)
 # Topic creation errors a retry cannot fix.
 _REFUSED = {
     KafkaError.INVALID_CONFIG,
@@ -52,7 +53,8 @@ class Topics:
         delay = 0.5
         while topic not in self.ready:
             try:
-                meta = await asyncio.to_thread(self.admin.list_topics, timeout=ADMIN_TIMEOUT_S)
+                # short: a thread blocked here holds up the process's exit on a stop
+                meta = await asyncio.to_thread(self.admin.list_topics, timeout=METADATA_PROBE_S)
             except KafkaException as exc:
                 log.warning("kafka_metadata_retry", topic=topic, error=exc.args[0].str())
                 await asyncio.sleep(delay)
