@@ -50,11 +50,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python bench/relay.py: bench/ is sys.path[0]
     sys.path.insert(0, str(ROOT))
 
+from replicad.binlog.position import Position  # noqa: E402
 from replicad.errors import ReplicadError  # noqa: E402
 from replicad.relay import records, segment  # noqa: E402
 from replicad.relay.reader import RelayReader  # noqa: E402
 from replicad.relay.writer import RelayOptions, RelayWriter  # noqa: E402
-from replicad.source.position import Position  # noqa: E402
 from tests.relay_helpers import fake_fde  # noqa: E402
 
 DATA_DIR = ROOT / "bench" / "data"

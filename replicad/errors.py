@@ -59,6 +59,12 @@ class GtidError(ReplicadError, ValueError):
     """A GTID, GTID set or MariaDB GTID position that cannot be parsed or encoded."""
 
 
+class InvalidPositionError(ReplicadError, ValueError):
+    """A binlog position that cannot be: before the first event, a negative row index, a
+    stored position record that is malformed. Where it came from (config, a file, ZooKeeper,
+    Kafka) is added by whoever read it."""
+
+
 class JsonDecodeError(BinlogError):
     """MySQL binary JSON or a JSON diff that cannot be decoded."""
 

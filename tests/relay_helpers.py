@@ -8,8 +8,8 @@ import os
 import random
 from dataclasses import dataclass
 
+from replicad.binlog.position import Position
 from replicad.relay.writer import RelayWriter
-from replicad.source.position import Position
 
 
 def fake_fde(server_version: bytes = b"10.11.6-MariaDB", created: int = 0) -> bytes:

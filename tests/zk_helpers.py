@@ -248,6 +248,7 @@ def _emit(**fields: Any) -> None:
 async def _zombie(hosts: str, root: str, pipeline: str, session_timeout_s: float) -> None:
     """Lead, then print the lease every 50 ms. After a pause (SIGSTOP/SIGCONT) try to save a
     position at once and again after wait_valid(), and report what happened."""
+    from replicad.binlog.position import Position
     from replicad.coordination.zk import (
         CoordinationError,
         Leadership,
@@ -255,7 +256,6 @@ async def _zombie(hosts: str, root: str, pipeline: str, session_timeout_s: float
         ZkPaths,
     )
     from replicad.service.logging import configure_logging
-    from replicad.source.position import Position
 
     configure_logging("json", "info")  # on standard error: standard output is the report
     client = ZkClient(

@@ -17,9 +17,9 @@ from typing import Any
 import structlog
 
 from replicad.atomic_file import write_atomically
-from replicad.errors import ConfigError, ReplicadError
+from replicad.binlog.position import Position
+from replicad.errors import InvalidPositionError, ReplicadError
 from replicad.process_lock import ProcessLock, holder_pid
-from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory
 
 log = structlog.get_logger("replicad.coordination.local")
@@ -64,7 +64,7 @@ class LocalPositionStore:
             )
         try:
             return Position.from_json(data["position"])
-        except (KeyError, ConfigError) as exc:
+        except (KeyError, InvalidPositionError) as exc:
             raise PositionStoreError(
                 f"position file holds no valid position: {exc}", file=str(self.path)
             ) from None

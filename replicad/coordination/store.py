@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from replicad.source.position import Position
+from replicad.binlog.position import Position
 from replicad.source.schema import SchemaHistory
 
 

@@ -24,6 +24,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
+from replicad.binlog.position import Position
 from replicad.coordination.zk_client import (
     COMMAND_PREFIX,
     CandidateExistsError,
@@ -41,8 +42,7 @@ from replicad.coordination.zk_client import (
     sequence_of,
     sorted_candidates,
 )
-from replicad.errors import ConfigError, CoordinationError, CoordinationUnavailableError
-from replicad.source.position import Position
+from replicad.errors import CoordinationError, CoordinationUnavailableError, InvalidPositionError
 
 log = structlog.get_logger("replicad.coordination.zk")
 
@@ -129,7 +129,7 @@ def parse_position_record(data: bytes, path: str) -> dict[str, Any] | None:
 def position_from_record(record: dict[str, Any], path: str) -> Position:
     try:
         return Position.from_json(record["position"])
-    except ConfigError as exc:
+    except InvalidPositionError as exc:
         raise CoordinationDataError(
             f"position node holds no valid position: {exc}", path=path
         ) from None

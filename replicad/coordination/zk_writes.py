@@ -18,6 +18,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
+from replicad.binlog.position import Position
 from replicad.coordination.zk_client import (
     CommandError,
     LeaseInvalidError,
@@ -47,7 +48,6 @@ from replicad.coordination.zk_ops import (
     split_blob,
 )
 from replicad.errors import CoordinationError, FencedError, LeadershipLostError
-from replicad.source.position import Position
 
 
 class LeaderWrites:

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from replicad.errors import ConfigError, RelayCorruptError, RelayError, ReplicadError
+from replicad.binlog.position import Position
+from replicad.errors import InvalidPositionError, RelayCorruptError, RelayError, ReplicadError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import (
     MANIFEST,
@@ -32,15 +33,14 @@ from replicad.relay.manifest import (
     load_manifest,
     segment_number,
 )
-from replicad.source.position import Position
 
 
 def read_manifest(directory: Path) -> Manifest | None:
-    """`load_manifest`, with a malformed position inside the MANIFEST (a ConfigError from
-    Position) reported like any other unreadable MANIFEST: naming the file."""
+    """`load_manifest`, with a malformed position inside the MANIFEST (an
+    InvalidPositionError) reported like any other unreadable MANIFEST: naming the file."""
     try:
         return load_manifest(directory)
-    except ConfigError as exc:
+    except InvalidPositionError as exc:
         raise RelayCorruptError(
             f"the relay manifest is unreadable ({exc.reason})", file=str(directory / MANIFEST)
         ) from None
@@ -202,7 +202,7 @@ def _verify(
         for chunk in scan.chunks():
             if current and chunk.commit is not None and chunk.end == manifest.durable_offset:
                 durable, at_boundary = chunk.commit.position, True
-    except ReplicadError as exc:  # RelayCorruptError; a ConfigError from a bad position
+    except ReplicadError as exc:  # RelayCorruptError; an InvalidPositionError
         error = exc
     header = scan.header
     result: dict[str, Any] = {

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from replicad.atomic_file import write_atomically
-from replicad.errors import ConfigError, RelayCorruptError, RelayError
-from replicad.source.position import Position
+from replicad.binlog.position import Position
+from replicad.errors import RelayCorruptError, RelayError
 
 MANIFEST = "MANIFEST"
 MANIFEST_VERSION = 1
@@ -121,8 +121,7 @@ def load_manifest(directory: Path) -> Manifest | None:
         AttributeError,
         KeyError,
         TypeError,
-        ValueError,
-        ConfigError,
+        ValueError,  # InvalidPositionError among them
     ) as exc:
         raise RelayCorruptError(
             f"the relay manifest is unreadable ({exc})", file=str(path)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from replicad.binlog.events import Event, TransactionPayloadEvent
 from replicad.binlog.parser import HEADER_LENGTH, BinlogParser
+from replicad.binlog.position import Position
 from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import Manifest, SegmentInfo, load_manifest
 from replicad.relay.segment import Commit
-from replicad.source.position import Position
 
 
 @dataclass(slots=True, frozen=True)

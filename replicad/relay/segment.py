@@ -24,9 +24,9 @@ from typing import Any
 
 import orjson
 
-from replicad.errors import ConfigError, RelayCorruptError
+from replicad.binlog.position import Position
+from replicad.errors import RelayCorruptError
 from replicad.relay.records import Record
-from replicad.source.position import Position
 
 MAGIC = "replicad-relay"
 VERSION = 1
@@ -182,7 +182,7 @@ def _position(body: _Body, value: Any, what: str) -> Position | None:
         return None
     try:
         return Position.from_json(value)
-    except (KeyError, TypeError, ValueError, ConfigError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:  # InvalidPositionError is a ValueError
         raise body.error(f"bad {what} position in the record ({exc})") from None
 
 

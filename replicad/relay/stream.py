@@ -28,13 +28,13 @@ import structlog
 
 from replicad.binlog.events import Event, EventType, FormatDescriptionEvent, TransactionPayloadEvent
 from replicad.binlog.parser import BinlogParser
+from replicad.binlog.position import Position
 from replicad.config import RelayConfig, SourceConfig
 from replicad.errors import RelayCorruptError, RelayError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, segment_number
 from replicad.relay.reader import binlog_key, first_segment, parse_raw_event
 from replicad.relay.writer import RelayOptions, RelayWriter
-from replicad.source.position import Position
 from replicad.source.stream import Reconnected, ReplicaStream, ServerInfo
 from replicad.source.transactions import Commit, TransactionAssembler
 

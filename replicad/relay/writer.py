@@ -33,6 +33,7 @@ from typing import Literal
 import structlog
 
 from replicad.atomic_file import fsync_directory
+from replicad.binlog.position import Position
 from replicad.errors import RelayCorruptError, RelayError, RelayLockedError
 from replicad.process_lock import ProcessLock, holder_pid
 from replicad.relay.files import SegmentScan, file_size
@@ -54,7 +55,6 @@ from replicad.relay.segment import (
     encode_header,
     encode_part,
 )
-from replicad.source.position import Position
 
 log = structlog.get_logger("replicad.relay")
 

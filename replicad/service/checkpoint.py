@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import structlog
 
+from replicad.binlog.position import Position
 from replicad.coordination.store import PipelineStore
 from replicad.errors import CoordinationUnavailableError
 from replicad.sinks.base import Sink
-from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory
 
 log = structlog.get_logger("replicad.checkpoint")

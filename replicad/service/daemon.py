@@ -20,6 +20,7 @@ import structlog
 from replicad.binlog.changes import RowNumbering, changes_of
 from replicad.binlog.events import QueryEvent
 from replicad.binlog.gtid import GtidSet, MariaGtidPosition
+from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
 from replicad.config import Config, StartConfig
 from replicad.coordination.local import LocalPipelineStore
@@ -40,7 +41,6 @@ from replicad.sinks.base import Sink
 from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
-from replicad.source.position import Position
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,

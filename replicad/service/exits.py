@@ -14,7 +14,13 @@ restart resumes from the stored position, and exactly-once keeps the output free
 from __future__ import annotations
 
 from replicad.coordination.local import PositionStoreError
-from replicad.errors import AuthError, ConfigError, RelayCorruptError, TlsError
+from replicad.errors import (
+    AuthError,
+    ConfigError,
+    InvalidPositionError,
+    RelayCorruptError,
+    TlsError,
+)
 from replicad.sinks.base import SinkError, SinkUnavailableError
 from replicad.source.schema import SchemaHistoryError
 from replicad.source.stream import DumpRefusedError, PositionLostError
@@ -33,6 +39,7 @@ OPERATOR_ERRORS: tuple[type[BaseException], ...] = (
     PositionLostError,
     DumpRefusedError,
     PositionStoreError,
+    InvalidPositionError,  # a malformed position in config or a stored record
     SchemaHistoryError,
     SinkError,  # a message Kafka rejects; its transient subclasses are excluded below
     RelayCorruptError,  # relay.on_corruption: refetch recovers by itself instead

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import structlog
 import zstandard
 
+from replicad.binlog.position import Position
 from replicad.config import Config, ZookeeperConfig
 from replicad.coordination.zk import (
     Command,
@@ -54,7 +55,6 @@ from replicad.service.daemon import Pipeline, run_until_stopped
 from replicad.service.exits import needs_operator
 from replicad.service.operator import resolve_position
 from replicad.sinks.base import ProducerFencedError
-from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory, snapshot
 from replicad.source.stream import open_connection
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import structlog
 
+from replicad.binlog.position import Position
 from replicad.config import Config, StartConfig
-from replicad.errors import ConfigError, ServerError
+from replicad.errors import ConfigError, InvalidPositionError, ServerError
 from replicad.protocol.transport import AsyncConnection
-from replicad.source.position import Position
 from replicad.source.schema import SchemaHistory, snapshot
 from replicad.source.stream import open_connection, server_info
 
@@ -66,7 +66,7 @@ async def resolve_position(
             await _check_file_position(conn, start.file, start.pos)
         try:
             position = await initial_position(conn, info, start)
-        except ConfigError as exc:  # its key names `source.start`, not this value
+        except (ConfigError, InvalidPositionError) as exc:  # names `source.start`, not this
             context = {k: v for k, v in exc.context.items() if k != "key"}
             raise PositionValueError(exc.reason, **context) from None
         history = await snapshot(conn, position)
@@ -110,5 +110,5 @@ def describe_position(position: dict[str, Any] | None) -> str:
         return "none"
     try:
         return str(Position.from_json(position))
-    except ConfigError:
+    except InvalidPositionError:
         return repr(position)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from replicad.binlog.changes import RowChange
+from replicad.binlog.position import Position
 from replicad.errors import ReplicadError
-from replicad.source.position import Position
 
 
 class SinkError(ReplicadError):

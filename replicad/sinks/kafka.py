@@ -32,6 +32,7 @@ from confluent_kafka import (
 )
 
 from replicad.binlog.changes import RowChange
+from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.sinks.base import (
@@ -44,7 +45,6 @@ from replicad.sinks.base import (
 from replicad.sinks.envelope import EnvelopeWriter, dumps
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
-from replicad.source.position import Position
 
 log = structlog.get_logger("replicad.sinks.kafka")
 

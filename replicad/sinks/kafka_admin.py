@@ -13,10 +13,10 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.sinks.base import SinkError
-from replicad.source.position import Position
 
 log = structlog.get_logger("replicad.sinks.kafka")
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from replicad.binlog.changes import RowChange
+from replicad.binlog.position import Position
 from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import change_to_dict, dumps
 from replicad.sinks.routing import ChangeFilter
-from replicad.source.position import Position
 
 __all__ = ["JsonLinesSink", "SinkError"]
 

@@ -47,8 +47,9 @@ import structlog
 
 from replicad.atomic_file import write_atomically as replace_file
 from replicad.binlog.events import QueryEvent
+from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
-from replicad.errors import ConfigError, ReplicadError, ServerError
+from replicad.errors import ReplicadError, ServerError
 from replicad.source.ddl import (
     _DDL_VERBS,
     _HEAD,
@@ -60,7 +61,6 @@ from replicad.source.ddl import (
     _Work,
 )
 from replicad.source.ddl import Tok as Tok  # public here before the split
-from replicad.source.position import Position
 from replicad.source.schema_model import (
     _FAMILY_OF,
     _NUMERIC_FAMILIES,
@@ -391,7 +391,7 @@ class SchemaHistory:
                     f"version {FORMAT_VERSION})", **where
                 )  # fmt: skip
             return cls.from_json(data, position)
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ConfigError) as exc:
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
             raise SchemaHistoryError(
                 f"schema history is damaged: {type(exc).__name__}: {exc}", **where
             ) from None

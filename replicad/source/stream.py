@@ -23,6 +23,7 @@ import structlog
 
 from replicad.binlog.events import Event, TransactionPayloadEvent
 from replicad.binlog.parser import BinlogParser, version_tuple
+from replicad.binlog.position import Position
 from replicad.config import ReconnectConfig, SourceConfig
 from replicad.errors import (
     AuthError,
@@ -34,7 +35,6 @@ from replicad.errors import (
 from replicad.protocol.commands import DUMP_HEARTBEAT_V2
 from replicad.protocol.handshake import TlsConfig, TlsMode
 from replicad.protocol.transport import AsyncConnection, connect
-from replicad.source.position import Position
 
 log = structlog.get_logger("replicad.source")
 

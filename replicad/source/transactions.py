@@ -30,8 +30,8 @@ from replicad.binlog.events import (
     XidEvent,
 )
 from replicad.binlog.gtid import Gtid, MariaGtid
+from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent
-from replicad.source.position import Position
 
 AnyGtid = Gtid | MariaGtid | None
 

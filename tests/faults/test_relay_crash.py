@@ -32,7 +32,7 @@ from collections import deque
 from pathlib import Path
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.service.logging import configure_logging
-from replicad.source.position import Position
+from replicad.binlog.position import Position
 from tests.relay_helpers import fake_fde
 from tests.faults.test_relay_crash import events_of
 

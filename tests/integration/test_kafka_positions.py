@@ -10,9 +10,9 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.sinks.kafka_admin import TAIL_WINDOW, read_position
-from replicad.source.position import Position
 from tests.kafka_helpers import create_topics, delete_topics
 
 pytestmark = pytest.mark.integration

@@ -31,10 +31,10 @@ from replicad.binlog.events import (
     XidEvent,
 )
 from replicad.binlog.gtid import GtidSet
+from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent
 from replicad.config import SourceConfig
 from replicad.service.daemon import initial_position
-from replicad.source.position import Position
 from replicad.source.stream import Reconnected, ReplicaStream, open_connection, server_info
 from replicad.source.transactions import Commit, TransactionAssembler
 from tests.daemon_process import DaemonProcess, wait_for

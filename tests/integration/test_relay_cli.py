@@ -17,11 +17,11 @@ from replicad.binlog.events import FormatDescriptionEvent, MariaGtidListEvent
 from replicad.binlog.files import iter_raw_events
 from replicad.binlog.gtid import MariaGtidPosition
 from replicad.binlog.parser import BinlogParser
+from replicad.binlog.position import Position
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, load_manifest
 from replicad.relay.records import BLOCK_SIZE, HEADER_SIZE
 from replicad.relay.writer import RelayOptions, RelayWriter
-from replicad.source.position import Position
 from replicad.source.transactions import Begin, Commit, TransactionAssembler
 from tests.binlog_helpers import binlog_files_since, binlog_position
 from tests.relay_helpers import crash

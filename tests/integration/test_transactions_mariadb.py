@@ -8,7 +8,7 @@ import pytest
 
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import MariaGtidPosition
-from replicad.source.position import Position
+from replicad.binlog.position import Position
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
 from tests.binlog_helpers import binlog_files_since, binlog_position
 

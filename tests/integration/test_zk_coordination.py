@@ -22,6 +22,7 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from structlog.testing import capture_logs
 
+from replicad.binlog.position import Position
 from replicad.config import ZookeeperConfig
 from replicad.coordination.zk import (
     CandidateExistsError,
@@ -45,7 +46,6 @@ from replicad.coordination.zk import (
     submit_command,
     wait_command,
 )
-from replicad.source.position import Position
 from tests.zk_helpers import (
     DIGEST,
     ROOT,

@@ -19,6 +19,7 @@ from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
 from kazoo.security import ACL, Id, Permissions
 from structlog.testing import capture_logs
 
+from replicad.binlog.position import Position
 from replicad.config import ZookeeperConfig
 from replicad.coordination.zk import (
     CoordinationAuthError,
@@ -27,7 +28,6 @@ from replicad.coordination.zk import (
     ZkPaths,
     read_pipeline_state,
 )
-from replicad.source.position import Position
 from tests.zk_helpers import (
     ZkSaslServer,
     raw_client,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from replicad.binlog.gtid import MariaGtidPosition
+from replicad.binlog.position import Position
 from replicad.coordination.local import LocalPositionStore, PositionStoreError
-from replicad.source.position import Position
 
 pytestmark = pytest.mark.unit
 

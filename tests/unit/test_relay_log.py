@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replicad.binlog.position import Position
 from replicad.errors import RelayCorruptError, RelayError, RelayLockedError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, SegmentInfo, load_manifest
 from replicad.relay.reader import RelayReader, binlog_key, first_segment
 from replicad.relay.writer import RelayOptions, RelayWriter
-from replicad.source.position import Position
 from tests.relay_helpers import Txn, crash, fake_fde, random_transactions
 
 SMALL = RelayOptions(segment_bytes=256 * 1024, part_bytes=64 * 1024, fsync="os")

@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 from replicad.binlog.events import QueryEvent
 from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.parser import BinlogParser
+from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent, TableMapEvent
-from replicad.source.position import Position
 from replicad.source.schema import (
     COLUMNS_SQL,
     PRIMARY_KEYS_SQL,

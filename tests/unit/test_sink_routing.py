@@ -8,12 +8,12 @@ import pytest
 from confluent_kafka import KafkaError
 
 from replicad.binlog.changes import RowChange
+from replicad.binlog.position import Position
 from replicad.config import FiltersConfig, KafkaSinkConfig, load_config
 from replicad.errors import ConfigError
 from replicad.sinks.base import DeliveryTracker, SinkError
 from replicad.sinks.kafka import _delivery_failure as kafka_delivery_failure
 from replicad.sinks.routing import ChangeFilter, KafkaRouting, sanitize_topic
-from replicad.source.position import Position
 
 pytestmark = pytest.mark.unit
 

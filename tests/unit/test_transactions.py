@@ -11,7 +11,7 @@ import pytest
 
 from replicad.binlog.files import iter_file_events, iter_raw_events
 from replicad.binlog.gtid import GtidSet
-from replicad.source.position import Position
+from replicad.binlog.position import Position
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
 from tests.fixtures import events as ev
 
@@ -133,11 +133,11 @@ def test_begin_carries_the_previous_commit_position(tmp_path: Path) -> None:
 def test_position_json_round_trip_and_validation() -> None:
     position = Position("bin.000001", 1234, GtidSet.parse(f"{UUID_A}:1-9"), None, 17)
     assert Position.from_json(position.to_json()) == position
-    from replicad.errors import ConfigError
+    from replicad.errors import InvalidPositionError
 
     for bad in ({"pos": 4}, {"file": "", "pos": 4}, {"file": "b", "pos": 2},
                 {"file": "b", "pos": 4, "gtid_set": "nonsense"}):  # fmt: skip
-        with pytest.raises(ConfigError):
+        with pytest.raises(InvalidPositionError):
             Position.from_json(bad)
 
 

@@ -18,6 +18,7 @@ from kazoo.exceptions import (
 )
 from kazoo.security import make_digest_acl
 
+from replicad.binlog.position import Position
 from replicad.config import ZookeeperConfig, load_config
 from replicad.coordination.local import PositionStoreError
 from replicad.coordination.zk import (
@@ -51,7 +52,6 @@ from replicad.coordination.zk_ops import (
     split_blob,
 )
 from replicad.errors import AuthError, ConfigError
-from replicad.source.position import Position
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Position: the point *after* a committed transaction (ARCHITECTURE §3).
+"""Position: the point *after* a committed transaction (docs/architecture.md, positions).
 
 A position always has `file:pos` (the offset of the first event after the commit) and, when
 the primary has GTIDs, the executed GTID set (MySQL) or the per-domain GTID position (MariaDB).
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from replicad.binlog.gtid import Gtid, GtidSet, MariaGtid, MariaGtidPosition
-from replicad.errors import ConfigError, GtidError
+from replicad.errors import GtidError, InvalidPositionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +25,9 @@ class Position:
 
     def __post_init__(self) -> None:
         if self.pos < 4:
-            raise ConfigError(f"binlog position {self.pos} is before the first event (4)")
+            raise InvalidPositionError(f"binlog position {self.pos} is before the first event (4)")
         if self.row < 0:
-            raise ConfigError(f"row index {self.row} is negative")
+            raise InvalidPositionError(f"row index {self.row} is negative")
 
     @property
     def gtid_text(self) -> str | None:
@@ -68,21 +68,25 @@ class Position:
         try:
             file, pos = data["file"], data["pos"]
         except (KeyError, TypeError) as exc:
-            raise ConfigError(f"position record lacks {exc}", value=data) from None
+            raise InvalidPositionError(f"position record lacks {exc}", value=data) from None
         has_gtids = "gtid_set" in data or "mariadb_gtid" in data
         if not isinstance(file, str) or not (file or has_gtids) or not isinstance(pos, int):
             # An empty file name is valid only for a GTID position (a start "at GTID ...").
-            raise ConfigError("position record needs a file name and an integer pos", value=data)
+            raise InvalidPositionError(
+                "position record needs a file name and an integer pos", value=data
+            )
         try:
             mysql = GtidSet.parse(data["gtid_set"]) if "gtid_set" in data else None
             maria = (
                 MariaGtidPosition.parse(data["mariadb_gtid"]) if "mariadb_gtid" in data else None
             )
         except GtidError as exc:
-            raise ConfigError(f"position record has a bad GTID: {exc}", value=data) from None
+            raise InvalidPositionError(
+                f"position record has a bad GTID: {exc}", value=data
+            ) from None
         row = data.get("row", 0)
         if not isinstance(row, int):
-            raise ConfigError("position record row must be an integer", value=data)
+            raise InvalidPositionError("position record row must be an integer", value=data)
         return cls(file, pos, mysql, maria, row)
 
     def __str__(self) -> str:
