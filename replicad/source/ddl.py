@@ -2,29 +2,77 @@
 that change columns: CREATE TABLE (column list, LIKE), ALTER TABLE ADD/DROP/CHANGE/MODIFY/RENAME
 COLUMN with FIRST/AFTER, ADD/DROP PRIMARY KEY, RENAME TO, ADD/DROP SYSTEM VERSIONING, RENAME
 TABLE, DROP TABLE, DROP DATABASE. Sans-IO and silent: a statement's changes and notes are
-collected in a `_Work` over the history's current tables, and `SchemaHistory.apply`
-(`replicad.source.schema`) commits or logs them. A statement it cannot read raises `_Unparsed`
-(or ValueError/IndexError), which the history logs as `schema_ddl_unparsed`.
+collected over the tables as they are before the statement (a `TableLookup`) and returned as
+a `StatementEffect` by `apply_ddl`; `SchemaHistory.apply` (`replicad.source.schema`) commits
+or logs them. A statement it cannot read is reported in `StatementEffect.unparsed`, with only
+the tables it made unknowable (CREATE TABLE ... SELECT) as changes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from replicad.source.schema_model import (
-    _FAMILY_OF,
-    _NUMERIC_FAMILIES,
+    FAMILY_OF,
+    NUMERIC_FAMILIES,
     SYSTEM_SCHEMAS,
     ColumnSchema,
     Key,
     TableSchema,
 )
 
-if TYPE_CHECKING:
-    from replicad.source.schema import SchemaHistory
+
+class TableLookup(Protocol):
+    """The tables a statement is applied over, as they are before it."""
+
+    def find(self, key: Key) -> tuple[Key, TableSchema] | None:
+        """The table named `key` (matched case-insensitively when that is unambiguous)."""
+        ...
+
+    def keys(self) -> Iterable[Key]: ...
+
+
+@dataclass(slots=True)
+class StatementEffect:
+    """What one statement does to the tables: each changed table's new schema (None: it is
+    gone, or exists with columns nobody can know), notes to log as (event, detail), and why
+    the statement could not be read, if it could not."""
+
+    changes: dict[Key, TableSchema | None]
+    notes: list[tuple[str, str]]
+    unparsed: str | None = None
+
+
+def is_ddl(sql: str) -> bool:
+    """Whether `sql` may change a table's columns (CREATE, ALTER, DROP, RENAME, TRUNCATE),
+    skipping comments and the /*!...*/ version prefixes."""
+    head = _HEAD.match(sql)
+    return head is not None and head[1].upper() in _DDL_VERBS
+
+
+def apply_ddl(
+    sql: str, tables: TableLookup, default_schema: str, *, escapes: bool = True
+) -> StatementEffect:
+    """The effect of one statement over `tables`; never raises for a statement."""
+    work = _Work(tables, default_schema)
+    try:
+        _execute(sql, work, escapes)
+    except (_Unparsed, ValueError, IndexError) as exc:
+        # CREATE TABLE ... SELECT: the table exists now, with columns we cannot know.
+        unknowable: dict[Key, TableSchema | None] = dict.fromkeys(work.unknowable)
+        return StatementEffect(unknowable, work.notes, str(exc) or type(exc).__name__)
+    return StatementEffect(work.changes, work.notes)
+
+
+def enum_set_members(column_type: str) -> tuple[str, ...]:
+    """The members of an ENUM/SET type as information_schema spells it: `enum('a','b')`."""
+    t = _Tokens(_lex(column_type))
+    t.i += 1
+    return _members(t.group())
 
 
 # ------------------------------------------------------------------------------- lexer
@@ -251,7 +299,7 @@ def _column_def(t: _Tokens) -> _ColumnDef:
     out.column = ColumnSchema(
         name,
         data_type,
-        unsigned and _FAMILY_OF.get(data_type) in _NUMERIC_FAMILIES,
+        unsigned and FAMILY_OF.get(data_type) in NUMERIC_FAMILIES,
         members if data_type == "enum" else None,
         members if data_type == "set" else None,
     )
@@ -279,8 +327,8 @@ def _index_element(t: _Tokens) -> list[str] | None:
 class _Work:
     """What one statement changes, over the history's current tables (copy on write)."""
 
-    def __init__(self, history: SchemaHistory, default_schema: str) -> None:
-        self.history = history
+    def __init__(self, tables: TableLookup, default_schema: str) -> None:
+        self.tables = tables
         self.default_schema = default_schema
         self.changes: dict[Key, TableSchema | None] = {}
         self.notes: list[tuple[str, str]] = []  # (log event, detail)
@@ -299,7 +347,7 @@ class _Work:
         if key in self.changes:
             value = self.changes[key]
             return None if value is None else (key, value)
-        found = self.history._find(key)
+        found = self.tables.find(key)
         if found is not None and found[0] in self.changes:
             value = self.changes[found[0]]
             return None if value is None else (found[0], value)
@@ -551,7 +599,7 @@ def _drop(t: _Tokens, work: _Work) -> None:
     elif t.take("DATABASE") or t.take("SCHEMA"):
         t.take("IF", "EXISTS")
         db = t.ident()
-        keys = set(work.history._tables) | set(work.changes)
+        keys = set(work.tables.keys()) | set(work.changes)
         matches = [k for k in keys if k[0] == db] or [
             k for k in keys if k[0].casefold() == db.casefold()
         ]

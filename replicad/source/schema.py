@@ -50,25 +50,15 @@ from replicad.binlog.events import QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
 from replicad.errors import ReplicadError, ServerError
-from replicad.source.ddl import (
-    _DDL_VERBS,
-    _HEAD,
-    _execute,
-    _lex,
-    _members,
-    _Tokens,
-    _Unparsed,
-    _Work,
-)
-from replicad.source.ddl import Tok as Tok  # public here before the split
+from replicad.source.ddl import apply_ddl, enum_set_members, is_ddl
 from replicad.source.schema_model import (
-    _FAMILY_OF,
-    _NUMERIC_FAMILIES,
+    FAMILY_OF,
+    NUMERIC_FAMILIES,
     SYSTEM_SCHEMAS,
     ColumnSchema,
     Key,
     TableSchema,
-    _type_mismatch,
+    type_mismatch,
 )
 
 log = structlog.get_logger("replicad.schema")
@@ -147,11 +137,12 @@ class SchemaHistory:
 
     # ----------------------------------------------------------------- lookups
 
-    def _find(self, key: Key) -> tuple[Key, TableSchema] | None:
+    def find(self, key: Key) -> tuple[Key, TableSchema] | None:
+        """The table named `key`; on lower_case_table_names servers, the one table whose
+        name matches it case-insensitively (DDL may spell a name differently from the map)."""
         table = self._tables.get(key)
         if table is not None:
             return key, table
-        # lower_case_table_names=1/2 servers: DDL may spell a name differently from the map.
         if self._folded_index is None:
             self._folded_index = {}
             for k in self._tables:
@@ -159,8 +150,11 @@ class SchemaHistory:
         keys = self._folded_index.get((key[0].casefold(), key[1].casefold()), [])
         return (keys[0], self._tables[keys[0]]) if len(keys) == 1 else None
 
+    def keys(self) -> Iterator[Key]:
+        return iter(self._tables)
+
     def columns(self, db: str, table: str) -> TableSchema | None:
-        found = self._find((db, table))
+        found = self.find((db, table))
         return None if found is None else found[1]
 
     def tables(self) -> Iterator[TableSchema]:
@@ -181,27 +175,21 @@ class SchemaHistory:
         else:
             sql, default, escapes = statement, default_schema or "", True
         changed: list[Key] = []
-        head = _HEAD.match(sql)
-        if head is not None and head[1].upper() in _DDL_VERBS:
+        if is_ddl(sql):
             changed = self._execute(sql, default, escapes)
         if position is not None:
             self.commit(position)
         return changed
 
     def _execute(self, sql: str, default: str, escapes: bool) -> list[Key]:
-        work = _Work(self, default)
-        try:
-            _execute(sql, work, escapes)
-        except (_Unparsed, ValueError, IndexError) as exc:
-            # CREATE TABLE ... SELECT: the table exists now, with columns we cannot know.
-            unknowable = dict.fromkeys(work.unknowable)
+        effect = apply_ddl(sql, self, default, escapes=escapes)
+        if effect.unparsed is not None:
             log.warning("schema_ddl_unparsed", statement=_short(sql), schema=default,
-                        reason=str(exc) or type(exc).__name__,
-                        tables_now_unknown=[".".join(k) for k in unknowable])  # fmt: skip
-            work.changes = unknowable
-        for event, detail in work.notes:
+                        reason=effect.unparsed,
+                        tables_now_unknown=[".".join(k) for k in effect.changes])  # fmt: skip
+        for event, detail in effect.notes:
             log.warning(event, table=detail, statement=_short(sql))
-        changes = {k: v for k, v in work.changes.items() if self._tables.get(k) != v}
+        changes = {k: v for k, v in effect.changes.items() if self._tables.get(k) != v}
         if not changes:
             return []
         if self._staged_from is None:
@@ -260,7 +248,7 @@ class SchemaHistory:
         if table is None:
             reason = "the schema history does not know this table"
         elif len(table.columns) == len(table_map.columns):
-            reason = _type_mismatch(table, table_map)
+            reason = type_mismatch(table, table_map)
         reason = reason or table_map.apply_schema(table)
         if reason is None:
             return True
@@ -451,13 +439,11 @@ def tables_from_information_schema(
         words = column_type.lower().split()
         members = None
         if data_type in ("enum", "set"):
-            t = _Tokens(_lex(column_type))
-            t.i += 1
-            members = _members(t.group())
+            members = enum_set_members(column_type)
         column = ColumnSchema(
             name,
             data_type,
-            "unsigned" in words and _FAMILY_OF.get(data_type) in _NUMERIC_FAMILIES,
+            "unsigned" in words and FAMILY_OF.get(data_type) in NUMERIC_FAMILIES,
             members if data_type == "enum" else None,
             members if data_type == "set" else None,
         )

@@ -99,7 +99,7 @@ _FAMILIES: dict[str, frozenset[int]] = {
     "bit": frozenset({T.BIT}),
     "geometry": frozenset({T.GEOMETRY}),
 }
-_FAMILY_OF: dict[str, str] = {
+FAMILY_OF: dict[str, str] = {
     **dict.fromkeys(("tinyint", "smallint", "mediumint", "int", "bigint"), "int"),
     "decimal": "decimal", "float": "float", "double": "float",
     **dict.fromkeys(("char", "varchar", "binary", "varbinary", "uuid", "inet4", "inet6"),
@@ -113,13 +113,13 @@ _FAMILY_OF: dict[str, str] = {
     **dict.fromkeys(("geometry", "point", "linestring", "polygon", "multipoint",
                      "multilinestring", "multipolygon", "geometrycollection"), "geometry"),
 }  # fmt: skip
-_NUMERIC_FAMILIES = frozenset({"int", "decimal", "float"})
+NUMERIC_FAMILIES = frozenset({"int", "decimal", "float"})
 _MAP_FAMILY = {code: name for name, codes in _FAMILIES.items() for code in codes}
 
 
-def _type_mismatch(table: TableSchema, table_map: TableMapEvent) -> str | None:
+def type_mismatch(table: TableSchema, table_map: TableMapEvent) -> str | None:
     for source, column in zip(table.columns, table_map.columns, strict=True):
-        mine = _FAMILY_OF.get(source.data_type)
+        mine = FAMILY_OF.get(source.data_type)
         theirs = _MAP_FAMILY.get(column.type_code)
         if source.data_type == "json":  # MySQL's JSON type; MariaDB's JSON is a LONGTEXT
             mine = None if column.type_code == T.JSON else "blob"
