@@ -17,7 +17,7 @@ from replicad.binlog.events import (
     RotateEvent,
     XidEvent,
 )
-from replicad.binlog.rows import RowsEvent
+from replicad.binlog.rows import RowsEvent, TableMapEvent
 from replicad.binlog.values import ColumnType
 
 
@@ -76,10 +76,15 @@ def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Ite
 
 
 def changes_of(
-    event: RowsEvent, file: str | None, gtid: str | None, numbering: RowNumbering
+    event: RowsEvent,
+    file: str | None,
+    gtid: str | None,
+    numbering: RowNumbering,
+    table: TableMapEvent | None = None,
 ) -> Iterator[RowChange]:
-    """The row changes of one ROWS event, with their source coordinates."""
-    table = event.table_map
+    """The row changes of one ROWS event, with their source coordinates; `table` decodes them
+    instead of the event's own TABLE_MAP (a copy named from the schema history)."""
+    table = table or event.table_map
     op = event.op
     header = event.header
     db = table.schema if table else ""
@@ -90,7 +95,7 @@ def changes_of(
     )
     ts_ms = header.timestamp * 1000
     first = numbering.first_row(header.pos)
-    for index, (before, after) in enumerate(event.rows(), first):
+    for index, (before, after) in enumerate(event.rows(table), first):
         numbering.advance(1)
         yield RowChange(
             op,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from replicad.binlog.events import Event, EventType, TransactionPayloadEvent
+from replicad.binlog.events import Event, EventType
 from replicad.binlog.parser import BINLOG_MAGIC, HEADER_LENGTH, BinlogParser, parse_header
 from replicad.errors import MalformedEventError, TruncatedError
 
@@ -87,7 +87,7 @@ def iter_file_events(
                 if raw.pos + len(raw.data) >= start:
                     break
         for raw in iter_raw_events(stream, source=name, start=start or 4, stop=stop):
-            event = parser.parse(raw.data, raw.pos)
-            yield event
-            if expand_payloads and isinstance(event, TransactionPayloadEvent):
-                yield from parser.payload_events(event)
+            if expand_payloads:
+                yield from parser.decode(raw.data, raw.pos)
+            else:
+                yield parser.parse(raw.data, raw.pos)

@@ -185,6 +185,23 @@ class BinlogParser:
                 event_type=header.type_name,
             ) from exc
 
+    def decode(self, data: bytes | memoryview, pos: int | None = None) -> Iterator[Event]:
+        """One event as any reader meets it (a binlog file, the dump stream, a relay segment),
+        then the events inside it if it is a TRANSACTION_PAYLOAD. Its offset is `pos` when the
+        reader knows it (a file), else the end offset the event carries (`log_pos`) minus its
+        size, as the primary wrote it; inner events carry the payload's offset."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        if pos is None and len(data) >= HEADER_LENGTH:
+            size = int.from_bytes(data[9:13], "little")
+            end = int.from_bytes(data[13:17], "little")
+            if end and end >= size:
+                pos = end - size
+        event = self.parse(data, pos)
+        yield event
+        if isinstance(event, TransactionPayloadEvent):
+            yield from self.payload_events(event)
+
     def _parse(self, header: EventHeader, data: bytes) -> Event:
         if header.event_size != len(data):
             raise MalformedEventError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from replicad.binlog import accel, jsonb
@@ -139,6 +139,13 @@ class TableMapEvent(Event):
                 del _SHARED_DECODERS[next(iter(_SHARED_DECODERS))]
             self._decoders[(present, accelerated)] = decoder
         return decoder
+
+    def named(self, table_schema: Any) -> TableMapEvent | str:
+        """A copy of this map with its columns named from `table_schema` (see
+        `apply_schema`), or why it cannot be; this map stays as the server wrote it."""
+        copy = replace(self, columns=[replace(c) for c in self.columns], _decoders={})
+        reason = copy.apply_schema(table_schema)
+        return copy if reason is None else reason
 
     def apply_schema(self, table_schema: Any) -> str | None:
         """Name the columns of a TABLE_MAP written without COLUMN_NAME metadata
@@ -516,9 +523,11 @@ class RowsEvent(Event):
     def partial(self) -> bool:
         return self.header.type_code == EventType.PARTIAL_UPDATE_ROWS
 
-    def rows(self) -> Iterator[tuple[Row | None, Row | None]]:
-        """(before, after) per row; before is None for inserts, after None for deletes."""
-        table = self.table_map
+    def rows(self, table: TableMapEvent | None = None) -> Iterator[tuple[Row | None, Row | None]]:
+        """(before, after) per row; before is None for inserts, after None for deletes.
+        `table` is the map to decode with when not the one the event came after (a copy with
+        the columns named from the schema history)."""
+        table = table or self.table_map
         if table is None:
             raise MalformedEventError(
                 f"no TABLE_MAP for table id {self.table_id} before this rows event",

@@ -2,11 +2,11 @@
 (binlog file, relay segment, relay directory) and the events of a segment, in order, with
 its transaction boundaries.
 
-A segment's events are the primary's bytes, so each one is decoded as the live stream is:
-the parser first takes the segment header's FORMAT_DESCRIPTION event (checksums as the
-header says), and an event's offset is its end offset on the primary (`log_pos`) minus its
-size. A transaction's events are only decoded once its commit record is known to exist, so
-a torn or damaged transaction is never printed in part.
+A segment's events are the primary's bytes, so each one is decoded as the live stream is
+(`BinlogParser.decode`): the parser first takes the segment header's FORMAT_DESCRIPTION event
+(checksums as the header says), and an event's offset is its end offset on the primary
+(`log_pos`) minus its size. A transaction's events are only decoded once its commit record
+is known to exist, so a torn or damaged transaction is never printed in part.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from replicad.errors import RelayCorruptError, RelayTornError, ReplicadError
 from replicad.relay.files import SegmentScan
 from replicad.relay.inspect import read_manifest
 from replicad.relay.manifest import MANIFEST, segment_number
-from replicad.relay.reader import parse_raw_event
 from replicad.relay.records import HEADER_SIZE, FragmentType
 from replicad.relay.segment import MAGIC, Commit, RecordKind, SegmentHeader
 
@@ -170,7 +169,7 @@ def _commit_ahead(path: Path, start: int) -> Commit:
 
 def _decode(parser: BinlogParser, raw: bytes, segment: str, txn_offset: int) -> Iterator[Event]:
     try:
-        yield from parse_raw_event(parser, raw)
+        yield from parser.decode(raw)
     except ReplicadError as exc:
         raise exc.with_context(segment=segment, relay_offset=txn_offset) from None
 

@@ -9,8 +9,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicad.binlog.events import Event, TransactionPayloadEvent
-from replicad.binlog.parser import HEADER_LENGTH, BinlogParser
 from replicad.binlog.position import Position
 from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
@@ -46,17 +44,6 @@ def first_segment(segments: Sequence[SegmentInfo], after: Position | None) -> in
             if info.start is None or binlog_key(info.start) <= key:
                 first = i
     return first
-
-
-def parse_raw_event(parser: BinlogParser, raw: bytes) -> Iterator[Event]:
-    """A stored event as the live stream yields it: its start offset in the primary's file
-    (`log_pos` minus its size, when it says), then the events a TRANSACTION_PAYLOAD holds."""
-    size = int.from_bytes(raw[9:13], "little") if len(raw) >= HEADER_LENGTH else 0
-    log_pos = int.from_bytes(raw[13:17], "little") if len(raw) >= HEADER_LENGTH else 0
-    event = parser.parse(raw, log_pos - size if log_pos and log_pos >= size else None)
-    yield event
-    if isinstance(event, TransactionPayloadEvent):
-        yield from parser.payload_events(event)
 
 
 class RelayReader:

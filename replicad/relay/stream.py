@@ -1,15 +1,16 @@
 """The relay between the replica and the publishers: `RelayedStream` has ReplicaStream's
-interface (`events(position_of)`, `close()`, `info`), so the pipeline publishes from it
-unchanged, but behind it a replica task writes every committed transaction to the relay log
-first and reads on while the publishers wait (for Kafka, say), until `relay.max_bytes`.
+interface (`units(start)`, `close()`, `info`), so the pipeline publishes from it unchanged,
+but behind it a replica task writes every transaction unit to the relay log first and reads
+on while the publishers wait (for Kafka, say), until `relay.max_bytes`.
 
 Publishers take transactions from memory while they keep up (the most recent ones, up to
 `relay.memory_bytes`), and from disk when they fall behind, switching back once caught up
 (TiDB Pump's slowChaser). They are only ever given whole transactions that are in the relay.
 
-A relay unit is everything the primary sent after the previous commit up to and including
-the next commit (ROTATE and FORMAT_DESCRIPTION events included), so a reader's transaction
-assembler sees what it would see live. Heartbeats are not stored.
+What is stored of a unit is its raw bytes: everything the primary sent after the previous
+commit up to and including the next one (ROTATE and FORMAT_DESCRIPTION included, heartbeats
+not). Read back from disk they go through the same `UnitAssembler` as live, so publishers get
+the units they would have got from the primary (docs/relay-format.md has the byte layout).
 """
 
 from __future__ import annotations
@@ -19,40 +20,38 @@ import contextlib
 import shutil
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from replicad.binlog.events import Event, EventType, FormatDescriptionEvent, TransactionPayloadEvent
+from replicad.binlog.events import EventType, HeartbeatEvent
 from replicad.binlog.parser import BinlogParser
 from replicad.binlog.position import Position
 from replicad.config import RelayConfig, SourceConfig
 from replicad.errors import RelayCorruptError, RelayError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, segment_number
-from replicad.relay.reader import binlog_key, first_segment, parse_raw_event
+from replicad.relay.reader import binlog_key, first_segment
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.source.stream import Reconnected, ReplicaStream, ServerInfo
-from replicad.source.transactions import Commit, TransactionAssembler
+from replicad.source.transactions import TransactionUnit, UnitAssembler
 
 log = structlog.get_logger("replicad.relay")
 
-_NOT_STORED = frozenset({EventType.HEARTBEAT, EventType.HEARTBEAT_V2})
-
 
 @dataclass(slots=True)
-class Unit:
-    """A committed transaction in the relay; `events` is None once evicted from memory (or
-    for one too large to keep): then it is read from disk."""
+class Relayed:
+    """A transaction committed to the relay; `unit` is None once evicted from memory (or for
+    one too large to keep, or handed on in parts): then it is read from disk."""
 
     previous: Position | None  # the position before it
     position: Position  # after it
     segment: str
     end: int  # where its last record ends in the segment
-    events: list[Event] | None
+    unit: TransactionUnit | None
     size: int
 
 
@@ -71,35 +70,27 @@ class RelayedStream:
             ),
             source=f"{source.host}:{source.port}",
         )
-        self._window: deque[Unit] = deque()
+        self._window: deque[Relayed] = deque()
         self._window_bytes = 0
         self._unsynced_bytes = 0  # `transaction` fsync: units waiting for their sync
         self._generation = 0  # bumped when the relay is dropped: late syncs are ignored
         self._changed = asyncio.Event()  # set on every new unit (and on failure)
         self._progress = asyncio.Event()  # set when the relay shrinks (back-pressure)
         self._task: asyncio.Task[None] | None = None
-        self._raw: bytes | None = None
         self._failure: BaseException | None = None
         self._checkpoint: Position | None = None
-        self.replica.on_raw = self._take_raw
 
     @property
     def info(self) -> ServerInfo | None:
         return self.replica.info
 
-    def _take_raw(self, raw: bytes | None) -> None:
-        self._raw = raw if raw is None or isinstance(raw, bytes) else bytes(raw)
-
     # ------------------------------------------------------------------ publishers
-    async def events(
-        self, position_of: Callable[[], Position]
-    ) -> AsyncIterator[Event | Reconnected]:
-        """Events of the whole transactions after `position_of()`, from the relay."""
-        after = position_of()
+    async def units(self, start: Position) -> AsyncIterator[TransactionUnit | Reconnected]:
+        """The transactions after `start`, from the relay."""
         if self._task is None:
-            self._start(after)
-        async for event in self._read(after):
-            yield event
+            self._start(start)
+        async for unit in self._read(start):
+            yield unit
 
     async def close(self) -> None:
         await self._stop_replica()
@@ -116,28 +107,26 @@ class RelayedStream:
             self._checkpoint = checkpoint
             self._collect_garbage()
 
-    async def _read(self, after: Position) -> AsyncIterator[Event | Reconnected]:
-        disk: Iterator[list[Event] | Position] | None = None
+    async def _read(self, after: Position) -> AsyncIterator[TransactionUnit | Reconnected]:
+        disk: Iterator[TransactionUnit] | None = None
         while True:
             if self._failure is not None:
                 raise self._failure
-            unit = self._in_memory_after(after)
-            if unit is not None and unit.events is not None:
+            relayed = self._in_memory_after(after)
+            if relayed is not None and relayed.unit is not None:
                 disk = None
-                for event in unit.events:
-                    yield event
-                after = unit.position
+                yield relayed.unit
+                after = relayed.position
                 continue
             if self._ahead(after):
                 if disk is None:
                     disk = self._from_disk(after)
                 try:
-                    for got in disk:  # one unit (in chunks), then look at memory again
-                        if isinstance(got, Position):
-                            after = got
+                    for unit in disk:  # one transaction (in parts), then look at memory again
+                        yield unit
+                        if unit.end is not None:
+                            after = unit.end
                             break
-                        for event in got:
-                            yield event
                     else:
                         disk = None
                 except RelayCorruptError as exc:
@@ -167,7 +156,7 @@ class RelayedStream:
             return writer.durable
         return writer.committed_offset, writer.position
 
-    def _in_memory_after(self, after: Position) -> Unit | None:
+    def _in_memory_after(self, after: Position) -> Relayed | None:
         window = self._window
         if not window or window[0].previous is None:
             return None
@@ -181,10 +170,9 @@ class RelayedStream:
                 return None
         return None
 
-    def _from_disk(self, after: Position) -> Iterator[list[Event] | Position]:
-        """The events of the units after `after`, read from the segment files in chunks
-        (a huge transaction never whole in memory), each unit followed by its position;
-        only what is committed to the relay."""
+    def _from_disk(self, after: Position) -> Iterator[TransactionUnit]:
+        """The units after `after`, read from the segment files (a huge transaction in
+        parts, never whole in memory); only what is committed to the relay."""
         segments = list(self.writer.manifest.segments)
         key = binlog_key(after)
         for info in segments[first_segment(segments, after) :]:
@@ -194,16 +182,27 @@ class RelayedStream:
             parser.parse(header.format_description)
             # Skip until the commit that ends at `after` (a unit boundary) has gone by.
             skipping = header.start is None or binlog_key(header.start) < key
+            assembler = UnitAssembler(after) if not skipping else None
             name = info.name
             try:
                 for chunk in scan.chunks(stop=lambda name=name: self._committed_end(name)):
-                    if skipping:
+                    if assembler is None:
                         if chunk.commit is not None and binlog_key(chunk.commit.position) >= key:
-                            skipping = False
+                            assembler = UnitAssembler(chunk.commit.position)
                         continue
-                    yield [e for raw in chunk.events for e in parse_raw_event(parser, raw)]
-                    if chunk.commit is not None:
-                        yield chunk.commit.position
+                    for raw in chunk.events:
+                        unit = assembler.feed(raw, parser.decode(raw))
+                        if unit is not None:
+                            yield unit
+                    if chunk.commit is not None and assembler.position != chunk.commit.position:
+                        raise RelayCorruptError(
+                            "a commit record disagrees with the events before it",
+                            segment=name,
+                            offset=chunk.start,
+                            record=str(chunk.commit.position),
+                            events=str(assembler.position),
+                        )
+                after = assembler.position if assembler is not None else after
             except RelayTornError:
                 return  # the writer is inside a transaction there: not served
 
@@ -288,52 +287,38 @@ class RelayedStream:
 
     async def _replicate(self, start: Position) -> None:
         writer = self.writer
-        assembler = TransactionAssembler(start)
-        unit_events: list[Event] = []
-        unit_bytes = 0
         keep_limit = self.config.memory_bytes // 4
-        checksums = False
-        async for item in self.replica.events(lambda: writer.position or start):
-            if isinstance(item, Reconnected):
+        multipart = False  # the transaction being written was handed on in parts
+        async for unit in self.replica.units(writer.position or start):
+            if isinstance(unit, HeartbeatEvent):
+                continue  # not stored: they only say the primary is there
+            if isinstance(unit, Reconnected):
                 writer.abort()  # the transaction in flight comes again whole
-                assembler = TransactionAssembler(item.position)
-                unit_events, unit_bytes = [], 0
+                multipart = False
                 continue
-            event, raw = item, self._raw
-            if event.header.type_code in _NOT_STORED:
-                continue
-            if isinstance(event, FormatDescriptionEvent) and raw is not None:
-                info = self.replica.info
-                checksums = bool(info and info.checksum)
-                writer.set_format(raw, checksums)
-            if raw is not None:
+            for raw in unit.raw:
+                if raw[4] == EventType.FORMAT_DESCRIPTION:
+                    info = self.replica.info
+                    writer.set_format(raw, bool(info and info.checksum))
                 if writer.has_format:
                     writer.append(raw)
-                    unit_bytes += len(raw)
-            if unit_bytes <= keep_limit:
-                unit_events.append(event)
-            for thing in assembler.feed(event):
-                if isinstance(thing, Commit):
-                    previous = writer.position
-                    synced = writer.commit(thing.position, event.header.timestamp, wait=False)
-                    unit = Unit(
-                        previous,
-                        thing.position,
-                        writer.segment or "",
-                        writer.committed_offset,
-                        unit_events if unit_bytes <= keep_limit else None,
-                        unit_bytes,
-                    )
-                    if synced is None:
-                        self._remember(unit)
-                    else:
-                        await self._remember_when_synced(synced, unit)
-                    unit_events, unit_bytes = [], 0
-                    await self._hold_back()
-            if isinstance(event, TransactionPayloadEvent):
-                pass  # its inner events follow, raw None: already stored with it
+            if unit.end is None:
+                multipart = True
+                continue
+            previous = writer.position
+            synced = writer.commit(unit.end, unit.commit_ts, wait=False)
+            kept = None if multipart or unit.size > keep_limit else unit
+            relayed = Relayed(
+                previous, unit.end, writer.segment or "", writer.committed_offset, kept, unit.size
+            )
+            multipart = False
+            if synced is None:
+                self._remember(relayed)
+            else:
+                await self._remember_when_synced(synced, relayed)
+            await self._hold_back()
 
-    async def _remember_when_synced(self, synced: Future[None], unit: Unit) -> None:
+    async def _remember_when_synced(self, synced: Future[None], unit: Relayed) -> None:
         """`transaction` fsync: a unit is published only once on disk. The sync runs on the
         writer's thread and reading goes on meanwhile (the commits that arrive during one
         sync share the next); units become visible in commit order as their syncs complete.
@@ -348,7 +333,7 @@ class RelayedStream:
             with contextlib.suppress(RelayError):  # reported by _synced
                 await asyncio.wrap_future(synced)
 
-    def _synced(self, future: Future[None], unit: Unit, generation: int) -> None:
+    def _synced(self, future: Future[None], unit: Relayed, generation: int) -> None:
         if generation != self._generation:
             return  # of a relay dropped since (refetch): its units are gone with it
         self._unsynced_bytes -= unit.size
@@ -360,23 +345,23 @@ class RelayedStream:
             return
         self._remember(unit)
 
-    def _remember(self, unit: Unit) -> None:
+    def _remember(self, unit: Relayed) -> None:
         window = self._window
         window.append(unit)
-        if unit.events is not None:
+        if unit.unit is not None:
             self._window_bytes += unit.size
         while self._window_bytes > self.config.memory_bytes and window:
             old = window[0]
-            if old.events is not None:
+            if old.unit is not None:
                 self._window_bytes -= old.size
-                old.events = None
+                old.unit = None
             if len(window) > 1:
                 window.popleft()
             else:
                 break
         while len(window) > 100_000:
             old = window.popleft()
-            if old.events is not None:
+            if old.unit is not None:
                 self._window_bytes -= old.size
         self._changed.set()
 

@@ -12,28 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from replicad.binlog.changes import RowNumbering, changes_of
-from replicad.binlog.events import QueryEvent
-from replicad.binlog.gtid import GtidSet, MariaGtidPosition
+from replicad.binlog.events import HeartbeatEvent, QueryEvent
 from replicad.binlog.position import Position
-from replicad.binlog.rows import TableMapEvent
-from replicad.config import Config, StartConfig
+from replicad.binlog.rows import RowsEvent, TableMapEvent
+from replicad.config import Config
 from replicad.coordination.local import LocalPipelineStore
 from replicad.coordination.store import CommandInbox, Lease, PipelineStore
 from replicad.errors import (
-    ConfigError,
     CoordinationUnavailableError,
-    GtidError,
     LeadershipLostError,
     ReplicadError,
-    ServerError,
 )
-from replicad.protocol.commands import ResultSet
 from replicad.protocol.transport import AsyncConnection
 from replicad.relay.stream import RelayedStream
 from replicad.service.checkpoint import Checkpointer
@@ -47,69 +41,14 @@ from replicad.source.schema import (
     default_history_path,
     snapshot,
 )
-from replicad.source.stream import (
-    Reconnected,
-    ReplicaStream,
-    ServerInfo,
-    server_info,
-    with_primary,
-)
-from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
+from replicad.source.start import initial_position
+from replicad.source.stream import Reconnected, ReplicaStream, server_info, with_primary
 
 log = structlog.get_logger("replicad.daemon")
 
 FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
 CLOSE_RESERVE_S = 5.0  # of shutdown.timeout_s, kept for closing connections after the drain
 STATUS_INTERVAL_S = 2.0  # how often the status for `replicad status` is refreshed
-
-
-async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
-    """Where to start when no position is stored, from `source.start`."""
-    if start == "latest":
-        status = await _binlog_status(conn)
-        if not status.rows:
-            raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
-        row = status.rows[0]
-        file, pos = str(row[0]), int(row[1])
-        if not info.mariadb and info.gtid_mode and len(row) > 4 and row[4] is not None:
-            # MySQL's Executed_Gtid_Set is exactly the set at this file:pos.
-            executed = str(row[4]).replace("\n", "")
-            return Position(file, pos, GtidSet.parse(executed), None)
-        return await _with_gtids(conn, info, file, pos)
-    if start == "earliest":
-        logs = await conn.query("SHOW BINARY LOGS")
-        if not logs.rows:
-            raise ConfigError("the primary has no binary logs")
-        return await _with_gtids(conn, info, str(logs.rows[0][0]), 4)
-    assert isinstance(start, StartConfig)
-    if start.gtid is not None:
-        try:
-            if info.mariadb:
-                return Position("", 4, None, MariaGtidPosition.parse(start.gtid))
-            return Position("", 4, GtidSet.parse(start.gtid), None)
-        except GtidError as exc:
-            raise ConfigError(str(exc), key="source.start.gtid", value=start.gtid) from None
-    if start.file is None:
-        raise ConfigError("source.start needs a gtid or a file", key="source.start")
-    return await _with_gtids(conn, info, start.file, start.pos)
-
-
-async def _binlog_status(conn: AsyncConnection) -> ResultSet:
-    """SHOW MASTER STATUS; MySQL 8.4 removed it in favour of SHOW BINARY LOG STATUS."""
-    try:
-        return await conn.query("SHOW MASTER STATUS")
-    except ServerError:
-        return await conn.query("SHOW BINARY LOG STATUS")
-
-
-async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: int) -> Position:
-    if info.mariadb:
-        result = await conn.query(f"SELECT BINLOG_GTID_POS('{file}', {int(pos)})")
-        value = result.rows[0][0] if result.rows else None
-        if value is not None:
-            return Position(file, pos, None, MariaGtidPosition.parse(str(value)))
-        return Position(file, pos)
-    return Position(file, pos)  # MySQL: file:pos until a complete GTID set is known
 
 
 class Pipeline:
@@ -252,83 +191,87 @@ class Pipeline:
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
-        position_of: Callable[[], Position] = lambda: self.committed  # noqa: E731
-        assembler = TransactionAssembler(self.committed)
         skip = self.committed.row  # rows of the next transaction already delivered
         numbering = RowNumbering()
         delivered = 0
         gtid_text: str | None = None
+        # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
+        tables: dict[int, TableMapEvent] = {}
         sinks = self.sinks
         includes = self.filter.includes
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease
-        async for event in self.stream.events(position_of):
+        async for unit in self.stream.units(self.committed):
+            if isinstance(unit, HeartbeatEvent):
+                continue
             await self._gate.acquire()  # uncontended: no suspension
             try:
                 if self._tick_failure is not None:  # a sink failed while the source was quiet
                     raise self._tick_failure
-                if isinstance(event, Reconnected):
+                if isinstance(unit, Reconnected):
                     # The transaction in flight (if any) is sent again from its start.
                     skip = max(skip, delivered) if self._in_transaction else skip
                     log.info(
                         "source_resumed",
-                        position=str(event.position),
+                        position=str(unit.position),
                         in_transaction=self._in_transaction,
                         skip_rows=skip,
                     )
-                    assembler = TransactionAssembler(self.committed)
                     self._in_transaction = False
                     delivered = 0
                     self.history.rollback()  # the DDL of the transaction in flight comes again
                     continue
-                # Schema history: DDL as it is read (rows later in its transaction need it);
-                # stamped with its position at the commit. Each TABLE_MAP before its rows.
-                if isinstance(event, QueryEvent):
-                    self.history.apply(event)
-                elif isinstance(event, TableMapEvent):
-                    self.history.apply_to(event)
-                for item in assembler.feed(event):
-                    if isinstance(item, Begin):
-                        self._in_transaction = True
-                        delivered = 0
-                        gtid_text = str(item.gtid) if item.gtid is not None else None
-                    elif isinstance(item, Rows):
-                        table = item.event.table_map
-                        wanted = table is None or includes(table.schema, table.table)
-                        # Rows of excluded tables are counted too, so that the row index of a
-                        # restart does not depend on the filters.
-                        for change in changes_of(item.event, assembler.file, gtid_text, numbering):
-                            if delivered < skip:
-                                delivered += 1
-                                continue
+                if unit.first:
+                    self._in_transaction = True
+                    delivered = 0
+                    gtid_text = None if unit.gtid is None else str(unit.gtid)
+                for event in unit.events:
+                    # Schema history: DDL as it is read (rows later in its transaction need
+                    # it), stamped with its position at the commit; each TABLE_MAP resolved
+                    # against it before its rows.
+                    if isinstance(event, QueryEvent):
+                        self.history.apply(event)
+                        continue
+                    if isinstance(event, TableMapEvent):
+                        tables[event.table_id] = self.history.resolve(event)
+                        continue
+                    if not isinstance(event, RowsEvent):
+                        continue
+                    table = tables.get(event.table_id) or event.table_map
+                    wanted = table is None or includes(table.schema, table.table)
+                    # Rows of excluded tables are counted too, so that the row index of a
+                    # restart does not depend on the filters.
+                    for change in changes_of(event, unit.file, gtid_text, numbering, table):
+                        if delivered < skip:
                             delivered += 1
-                            if wanted:
-                                if lease is not None and not lease.valid:
-                                    await self._wait_for_lease(lease)
-                                for sink in sinks:
-                                    sink.publish(change)
-                                    if sink.backlogged:
-                                        await sink.wait_for_room()
-                                if not self.rows:
-                                    log.info("first_row_published", position=str(self.committed))
-                                self.rows += 1
-                            if delivered % rows_per_mark == 0:
-                                checkpointer.mark(self.committed.with_row(delivered), False)
-                                await self._after_mark(checkpointer)
-                    elif isinstance(item, Commit):
-                        now = time.time()
-                        self.lag_s = max(0.0, now - event.header.timestamp)
-                        self.last_commit_read = now
-                        self.history.commit(item.position)
-                        checkpointer.mark(item.position, True)
-                        self.committed = item.position
-                        self._in_transaction = False
-                        self.transactions += 1
-                        skip = delivered = 0
-                        await self._after_mark(checkpointer)
-                        if self._stop_requested or self.command is not None:
-                            return
-                if (self._stop_requested or self.command is not None) and not self._in_transaction:
+                            continue
+                        delivered += 1
+                        if wanted:
+                            if lease is not None and not lease.valid:
+                                await self._wait_for_lease(lease)
+                            for sink in sinks:
+                                sink.publish(change)
+                                if sink.backlogged:
+                                    await sink.wait_for_room()
+                            if not self.rows:
+                                log.info("first_row_published", position=str(self.committed))
+                            self.rows += 1
+                        if delivered % rows_per_mark == 0:
+                            checkpointer.mark(self.committed.with_row(delivered), False)
+                            await self._after_mark(checkpointer)
+                if unit.end is None:
+                    continue  # a part of a large transaction: the rest follows
+                now = time.time()
+                self.lag_s = max(0.0, now - unit.commit_ts)
+                self.last_commit_read = now
+                self.history.commit(unit.end)
+                checkpointer.mark(unit.end, True)
+                self.committed = unit.end
+                self._in_transaction = False
+                self.transactions += 1
+                skip = delivered = 0
+                await self._after_mark(checkpointer)
+                if self._stop_requested or self.command is not None:
                     return
             finally:
                 self._gate.release()

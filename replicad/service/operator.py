@@ -19,6 +19,7 @@ from replicad.config import Config, StartConfig
 from replicad.errors import ConfigError, InvalidPositionError, ServerError
 from replicad.protocol.transport import AsyncConnection
 from replicad.source.schema import SchemaHistory, snapshot
+from replicad.source.start import initial_position
 from replicad.source.stream import open_connection, server_info
 
 log = structlog.get_logger("replicad.operator")
@@ -56,8 +57,6 @@ async def resolve_position(
 ) -> tuple[Position, SchemaHistory]:
     """The Position for `value` on the configured primary, and a schema snapshot to go with
     it (today's schema: exact for `latest`, an approximation for a position in the past)."""
-    from replicad.service.daemon import initial_position  # the daemon's `source.start` logic
-
     start = parse_position_value(value)
     conn = await open_connection(config.source, password)
     try:

@@ -4,7 +4,7 @@ version, for TABLE_MAPs written without them (binlog_row_metadata=MINIMAL, MySQL
 The history starts from an `information_schema` snapshot recorded at the start position
 (`snapshot`) and follows the DDL seen in the stream (`apply`): events written before an ALTER
 decode with the old columns, events after it with the new ones. With FULL metadata the
-TABLE_MAP is authoritative and `apply_to` leaves it alone; the history is still kept up to
+TABLE_MAP is authoritative and `resolve` returns it as it is; the history is still kept up to
 date from DDL (cheap: only DDL statements are parsed), so switching metadata modes is safe.
 
 Sans-IO apart from `snapshot`. Versioning and persistence:
@@ -62,6 +62,8 @@ from replicad.source.schema_model import (
 )
 
 log = structlog.get_logger("replicad.schema")
+
+_NAMED_MAPS_MAX = 1024  # named TABLE_MAP copies kept (one per table layout and version)
 
 FORMAT = "replicad-schema-history"
 FORMAT_VERSION = 1
@@ -126,6 +128,7 @@ class SchemaHistory:
         self._staged_statements: list[str] = []
         self._folded_index: dict[Key, list[Key]] | None = None
         self._warned: set[tuple[Key, TableSchema | None]] = set()
+        self._named: dict[tuple[bytes, bool, TableSchema], TableMapEvent] = {}
         self.dirty = False  # committed changes not saved yet
 
     def __len__(self) -> int:
@@ -237,11 +240,14 @@ class SchemaHistory:
 
     # ------------------------------------------------------------- TABLE_MAPs
 
-    def apply_to(self, table_map: TableMapEvent) -> bool:
-        """Name a TABLE_MAP's columns from the history (only maps without COLUMN_NAME
-        metadata). False leaves it as it was: FULL metadata, an unknown table or a mismatch."""
+    def resolve(self, table_map: TableMapEvent) -> TableMapEvent:
+        """The TABLE_MAP to decode rows with. A map with COLUMN_NAME metadata (FULL) is
+        authoritative and comes back as it is; one without gets a copy named from the history
+        (`TableMapEvent.named`; the event itself is never changed). When the history does not
+        know the table or disagrees with the map, the map comes back as it is: its columns
+        stay @1, @2, ... (warned once per table version), never a guess."""
         if table_map.has_names:
-            return False
+            return table_map
         key = (table_map.schema, table_map.table)
         table = self.columns(*key)
         reason = None
@@ -249,15 +255,27 @@ class SchemaHistory:
             reason = "the schema history does not know this table"
         elif len(table.columns) == len(table_map.columns):
             reason = type_mismatch(table, table_map)
-        reason = reason or table_map.apply_schema(table)
         if reason is None:
-            return True
+            assert table is not None
+            # Every transaction repeats its TABLE_MAPs: one named copy serves them all (its
+            # compiled row decoders with it) while layout and table version stay the same.
+            cache_key = (table_map.layout_key, table_map.mariadb, table)
+            named = self._named.get(cache_key)
+            if named is None:
+                named = table_map.named(table)
+                if not isinstance(named, str):
+                    if len(self._named) >= _NAMED_MAPS_MAX:
+                        del self._named[next(iter(self._named))]
+                    self._named[cache_key] = named
+            if not isinstance(named, str):
+                return named
+            reason = named
         if (key, table) not in self._warned:  # once per table version, not per transaction
             self._warned.add((key, table))
             log.warning("schema_mismatch", db=key[0], table=key[1], reason=reason,
                         history_columns=None if table is None else table.column_names,
                         note="its columns stay @1, @2, ...")  # fmt: skip
-        return False
+        return table_map
 
     # ------------------------------------------------------------- persistence
 

@@ -1,10 +1,12 @@
 """Being a replica: connect, set the session up, register, dump, decode; reconnect and resume.
 
-`ReplicaStream.events(position_of)` yields decoded events forever. After any transient failure
+`ReplicaStream.units(start)` yields the primary's transactions as `TransactionUnit`s (raw bytes
+and decoded events, from the one `UnitAssembler`) forever. After any transient failure
 (connection reset, server restart, dump thread killed, heartbeat silence) it waits with
-exponential backoff and jitter, reconnects and resumes at `position_of()` — the position after
-the last complete transaction the caller has handled — and yields a `Reconnected` marker first,
-so that the caller can drop its half-seen transaction and skip rows it already delivered.
+exponential backoff and jitter, reconnects and resumes after the last complete unit it handed
+over (the caller has handled it: a unit is only asked for once the one before is done) and
+yields a `Reconnected` marker first, so that the caller can drop the parts it saw of the
+transaction in flight and skip rows it already delivered.
 
 Fatal conditions raise instead: wrong credentials, a position the primary no longer has
 (error 1236: binlog purged), a binlog format replicad cannot read.
@@ -21,7 +23,7 @@ from typing import TypeVar
 
 import structlog
 
-from replicad.binlog.events import Event, TransactionPayloadEvent
+from replicad.binlog.events import Event, EventType, HeartbeatEvent
 from replicad.binlog.parser import BinlogParser, version_tuple
 from replicad.binlog.position import Position
 from replicad.config import ReconnectConfig, SourceConfig
@@ -35,10 +37,12 @@ from replicad.errors import (
 from replicad.protocol.commands import DUMP_HEARTBEAT_V2
 from replicad.protocol.handshake import TlsConfig, TlsMode
 from replicad.protocol.transport import AsyncConnection, connect
+from replicad.source.transactions import TransactionUnit, UnitAssembler
 
 log = structlog.get_logger("replicad.source")
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+_HEARTBEATS = frozenset(bytes([code]) for code in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
 
 
 class PositionLostError(ReplicadError):
@@ -233,16 +237,15 @@ class ReplicaStream:
         self.info: ServerInfo | None = None
         self.connections = 0
         self._conn: AsyncConnection | None = None
-        # The relay log keeps the primary's own bytes: told each event's raw bytes just before
-        # the event is yielded (events unpacked from a TRANSACTION_PAYLOAD have none).
-        self.on_raw: Callable[[bytes | None], None] | None = None
 
-    async def events(
-        self, position_of: Callable[[], Position]
-    ) -> AsyncIterator[Event | Reconnected]:
+    async def units(
+        self, start: Position
+    ) -> AsyncIterator[TransactionUnit | Reconnected | HeartbeatEvent]:
+        """The transactions after `start`, forever (see the module's docstring), and the
+        primary's heartbeats while it is idle (they say how far it is: lag while quiet)."""
         backoff = Backoff(self.source.reconnect)
+        position = start
         while True:
-            position = position_of()
             try:
                 conn = await self._start(position)
             except FATAL_SOURCE_ERRORS:
@@ -253,9 +256,17 @@ class ReplicaStream:
             if self.connections > 1:
                 yield Reconnected(position, backoff.attempt)
             backoff.reset()
+            # A new dump re-sends the transaction in flight whole: its parts seen so far go.
+            assembler = UnitAssembler(position)
             try:
-                async for event in self._decode(conn):
-                    yield event
+                async for raw, events in self._decode(conn):
+                    if raw[4:5] in _HEARTBEATS:  # in no transaction: not stored, not resumed
+                        yield events[0]
+                        continue
+                    unit = assembler.feed(raw, events)
+                    if unit is not None:
+                        yield unit
+                        position = assembler.position
                 # A blocking dump never ends by itself: the server went away.
                 raise ConnectionResetError("the primary ended the binlog stream")
             except PositionLostError:
@@ -380,7 +391,8 @@ class ReplicaStream:
                 server_id, position.file, position.pos, flags=_heartbeat_flags(info)
             )
 
-    async def _decode(self, conn: AsyncConnection) -> AsyncIterator[Event]:
+    async def _decode(self, conn: AsyncConnection) -> AsyncIterator[tuple[bytes, list[Event]]]:
+        """Each event the primary sends with what it decodes to."""
         assert self.info is not None
         parser = BinlogParser(checksums=self.info.checksum, source=f"{self.source.host}")
         silence = max(self.source.heartbeat_s * 3, 5.0)
@@ -395,16 +407,5 @@ class ReplicaStream:
                 raise TimeoutError(
                     f"no event or heartbeat from the primary for {silence:.0f} s"
                 ) from None
-            event = parser.parse(raw)
-            header = event.header
-            if header.log_pos and header.log_pos >= header.event_size:
-                header.pos = header.log_pos - header.event_size
-            on_raw = self.on_raw
-            if on_raw is not None:
-                on_raw(raw)
-            yield event
-            if isinstance(event, TransactionPayloadEvent):
-                for inner in parser.payload_events(event):
-                    if on_raw is not None:
-                        on_raw(None)
-                    yield inner
+            raw = bytes(raw)
+            yield raw, list(parser.decode(raw))

@@ -1,5 +1,12 @@
 """Events -> transactions, sans-IO.
 
+`UnitAssembler.feed(raw, events)` groups what the primary sends into `TransactionUnit`s: one
+committed transaction with the primary's bytes, the decoded events, its start and end
+positions, GTID and commit time. It is the one assembler of the path: the source yields its
+units, the relay stores and replays them, the pipeline publishes them. A transaction larger
+than `part_bytes` comes out as several parts of one unit (only the last has `end`), so memory
+stays bounded however large a transaction is.
+
 `TransactionAssembler.feed(event)` returns what the event means for the transaction stream:
 `Begin`, `Rows`, `Commit` (with the position *after* the commit), or nothing. A transaction
 is never held in memory: its ROWS events flow out as they arrive, and the consumer counts the
@@ -17,6 +24,7 @@ events inside a TRANSACTION_PAYLOAD have log_pos 0 and take the payload event's 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from replicad.binlog.events import (
@@ -174,3 +182,95 @@ class TransactionAssembler:
         if header.next_pos is not None:
             return header.next_pos
         return self.position.pos
+
+
+PART_BYTES = 1 << 20  # of the primary's bytes: a larger transaction is handed on in parts
+
+
+@dataclass(slots=True)
+class TransactionUnit:
+    """One committed transaction as it flows from the primary to the sinks, or a part of one
+    too large to hold at once: every part but the last has `end` None. The events before a
+    transaction that belong to none (ROTATE, FORMAT_DESCRIPTION, PREVIOUS_GTIDS) travel with
+    the next one, as the relay stores them; heartbeats are not in any unit."""
+
+    start: Position  # after the previous transaction: a resume reads this one again whole
+    end: Position | None  # after its commit (the last part only)
+    gtid: AnyGtid
+    timestamp: int  # of its first event (the statement's start on the primary)
+    commit_ts: int  # of its commit event (0 on a part that is not the last)
+    file: str  # the primary's binlog file that holds it
+    raw: list[bytes]  # the primary's bytes of its events; events inside a payload have none
+    events: list[Event]  # decoded, with the events inside a TRANSACTION_PAYLOAD after it
+    size: int  # len of all `raw`
+    part: int = 0
+    commit: Commit | None = None  # the last part only
+
+    @property
+    def first(self) -> bool:
+        return self.part == 0
+
+
+class UnitAssembler:
+    """Groups the primary's events into `TransactionUnit`s (see the module's docstring).
+    `position` is after the last complete unit handed out: where reading resumes."""
+
+    def __init__(self, position: Position, *, part_bytes: int = PART_BYTES) -> None:
+        self.position = position
+        self.part_bytes = part_bytes
+        self._boundaries = TransactionAssembler(position)
+        self._raw: list[bytes] = []
+        self._events: list[Event] = []
+        self._size = 0
+        self._part = 0
+        self._gtid: AnyGtid = None
+        self._timestamp = 0
+
+    @property
+    def in_transaction(self) -> bool:
+        """A part of the transaction being read was handed out, or some of it was seen."""
+        return self._part > 0 or self._boundaries.in_transaction
+
+    def feed(self, raw: bytes | None, events: Iterable[Event]) -> TransactionUnit | None:
+        """Take one event as read (`raw`, its bytes, and what `BinlogParser.decode` made of
+        them); returns a unit or a part when one is complete."""
+        if raw is not None:
+            self._raw.append(raw)
+            self._size += len(raw)
+        commit: Commit | None = None
+        commit_ts = 0
+        for event in events:
+            self._events.append(event)
+            for item in self._boundaries.feed(event):
+                if isinstance(item, Begin):
+                    self._gtid, self._timestamp = item.gtid, item.timestamp
+                elif isinstance(item, Commit):
+                    commit, commit_ts = item, event.header.timestamp
+        if commit is not None:
+            return self._hand_out(commit, commit_ts)
+        if self._size >= self.part_bytes and self._boundaries.in_transaction:
+            return self._hand_out(None, 0)
+        return None
+
+    def _hand_out(self, commit: Commit | None, commit_ts: int) -> TransactionUnit:
+        unit = TransactionUnit(
+            self.position,
+            None if commit is None else commit.position,
+            self._gtid,
+            self._timestamp,
+            commit_ts,
+            self._boundaries.file,
+            self._raw,
+            self._events,
+            self._size,
+            self._part,
+            commit,
+        )
+        self._raw, self._events, self._size = [], [], 0
+        if commit is None:
+            self._part += 1
+        else:
+            self.position = commit.position
+            self._part = 0
+            self._gtid, self._timestamp = None, 0
+        return unit

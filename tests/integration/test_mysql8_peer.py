@@ -14,6 +14,7 @@ import asyncio
 import json
 import signal
 from collections import Counter
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,9 @@ from replicad.binlog.gtid import GtidSet
 from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent
 from replicad.config import SourceConfig
-from replicad.service.daemon import initial_position
+from replicad.source.start import initial_position
 from replicad.source.stream import Reconnected, ReplicaStream, open_connection, server_info
-from replicad.source.transactions import Commit, TransactionAssembler
+from replicad.source.transactions import Commit, TransactionAssembler, TransactionUnit
 from tests.daemon_process import DaemonProcess, wait_for
 from tests.mysql8_peer import (
     OTHER_UUID,
@@ -55,6 +56,19 @@ from tests.mysql8_peer import (
 )
 
 pytestmark = pytest.mark.integration
+
+
+async def events_of(stream: ReplicaStream, start: Position) -> AsyncIterator[Any]:
+    """What the stream yields, with each unit's events in order: heartbeats, Reconnected
+    markers and the decoded events, as a replica reads them."""
+    async for item in stream.units(start):
+        if isinstance(item, TransactionUnit):
+            for event in item.events:
+                yield event
+        else:
+            yield item
+
+
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "repl-Pässwörd"
 
@@ -234,7 +248,7 @@ async def test_replica_stream_gtid_start_payload_heartbeats_rsa_auth() -> None:
         events: list[Any] = []
         t6 = None
         idle_heartbeats = 0
-        generator = stream.events(lambda: position)
+        generator = events_of(stream, position)
         try:
             async with asyncio.timeout(30):
                 async for event in generator:
@@ -342,7 +356,7 @@ async def test_caching_sha2_full_auth_over_tls_sends_the_password_only_inside_tl
         stream = ReplicaStream(
             source_config(peer.port, tls={"mode": "required"}), PASSWORD, pipeline="mysql8"
         )
-        generator = stream.events(lambda: Position("", 4, gtids(b("1-5"))))
+        generator = events_of(stream, Position("", 4, gtids(b("1-5"))))
         try:
             async with asyncio.timeout(20):
                 async for event in generator:
@@ -367,7 +381,7 @@ async def test_heartbeats_of_the_version_the_dump_asked_for_are_parsed() -> None
     with MySQL8Peer(binlog, password=PASSWORD) as peer:
         stream = ReplicaStream(source_config(peer.port), PASSWORD, pipeline="mysql8")
         heartbeats: list[HeartbeatEvent] = []
-        generator = stream.events(lambda: Position("", 4, gtids(b("1-5"), a("1"))))
+        generator = events_of(stream, Position("", 4, gtids(b("1-5"), a("1"))))
         try:
             async with asyncio.timeout(20):
                 async for event in generator:

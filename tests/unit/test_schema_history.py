@@ -501,11 +501,11 @@ def _map(parser: BinlogParser, optional: bytes = MINIMAL, columns=None) -> Table
     return event
 
 
-def _rows(parser: BinlogParser, values=ROW) -> list:
+def _rows(parser: BinlogParser, values=ROW, table: TableMapEvent | None = None) -> list:
     body = ev.rows_v2(ev.WRITE_ROWS, 42, len(values), ev.row_image(values))
     event = parser.parse(ev.event(ev.WRITE_ROWS, body), 400)
     assert isinstance(event, RowsEvent)
-    return [after for _, after in event.rows()]
+    return [after for _, after in event.rows(table)]
 
 
 def test_apply_schema_names_a_minimal_table_map() -> None:
@@ -548,7 +548,7 @@ def test_full_metadata_maps_are_left_alone() -> None:
     full = MINIMAL + ev.opt_column_names(["A", "B", "C", "D", "E"])
     table_map = _map(parser, optional=full)
     assert table_map.apply_schema(ITEMS) is None
-    assert SchemaHistory([ITEMS]).apply_to(table_map) is False
+    assert SchemaHistory([ITEMS]).resolve(table_map) is table_map
     assert table_map.column_names == ["A", "B", "C", "D", "E"]
 
 
@@ -591,12 +591,14 @@ def test_mismatches_keep_at_names_and_warn_once() -> None:
     for schema in (short, retyped):
         history = SchemaHistory([schema])
         with capture_logs() as logs:
-            results = [history.apply_to(_map(parser)) for _ in range(3)]
+            maps = [_map(parser) for _ in range(3)]
+            results = [history.resolve(m) is not m for m in maps]
         assert results == [False] * 3
         assert warnings(logs) == ["schema_mismatch"], "once per table version, not per map"
         assert list(_rows(parser)[0]) == ["@1", "@2", "@3", "@4", "@5"]
     with capture_logs() as logs:
-        assert SchemaHistory().apply_to(_map(parser)) is False
+        unknown = _map(parser)
+        assert SchemaHistory().resolve(unknown) is unknown
     assert warnings(logs) == ["schema_mismatch"]
     assert "does not know" in logs[0]["reason"]
 
@@ -604,12 +606,14 @@ def test_mismatches_keep_at_names_and_warn_once() -> None:
 def test_history_drives_the_map_through_an_alter() -> None:
     history = SchemaHistory([ITEMS], maria(1))
     parser = _parser()
-    assert history.apply_to(_map(parser))
-    assert list(_rows(parser)[0]) == ["id", "name", "color", "tags", "n"]
+    named = history.resolve(_map(parser))
+    assert list(_rows(parser, table=named)[0]) == ["id", "name", "color", "tags", "n"]
     history.apply("ALTER TABLE items CHANGE n total BIGINT, ADD x INT FIRST", "shop", maria(2))
     columns = [ev.Col(ev.T_LONG), *ITEMS_COLUMNS]
     table_map = _map(parser, ev.opt_signedness([False, True, False]), columns=columns)
-    assert history.apply_to(table_map)
+    named = history.resolve(table_map)
+    assert named is not table_map and table_map.column_names[0] == "@1", "the event is unchanged"
+    table_map = named
     assert table_map.column_names == ["x", "id", "name", "color", "tags", "total"]
     assert table_map.primary_key_names == ["id"]
 

@@ -1,0 +1,62 @@
+"""Where a pipeline starts when nothing is stored: `source.start` (`latest`, `earliest`, a
+file:pos or a GTID) resolved on the primary into a Position with the GTID state at that point.
+Used by the pipeline and by `replicad position set`."""
+
+from __future__ import annotations
+
+from replicad.binlog.gtid import GtidSet, MariaGtidPosition
+from replicad.binlog.position import Position
+from replicad.config import StartConfig
+from replicad.errors import ConfigError, GtidError, ServerError
+from replicad.protocol.commands import ResultSet
+from replicad.protocol.transport import AsyncConnection
+from replicad.source.stream import ServerInfo
+
+
+async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
+    """Where to start when no position is stored, from `source.start`."""
+    if start == "latest":
+        status = await _binlog_status(conn)
+        if not status.rows:
+            raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
+        row = status.rows[0]
+        file, pos = str(row[0]), int(row[1])
+        if not info.mariadb and info.gtid_mode and len(row) > 4 and row[4] is not None:
+            # MySQL's Executed_Gtid_Set is exactly the set at this file:pos.
+            executed = str(row[4]).replace("\n", "")
+            return Position(file, pos, GtidSet.parse(executed), None)
+        return await _with_gtids(conn, info, file, pos)
+    if start == "earliest":
+        logs = await conn.query("SHOW BINARY LOGS")
+        if not logs.rows:
+            raise ConfigError("the primary has no binary logs")
+        return await _with_gtids(conn, info, str(logs.rows[0][0]), 4)
+    assert isinstance(start, StartConfig)
+    if start.gtid is not None:
+        try:
+            if info.mariadb:
+                return Position("", 4, None, MariaGtidPosition.parse(start.gtid))
+            return Position("", 4, GtidSet.parse(start.gtid), None)
+        except GtidError as exc:
+            raise ConfigError(str(exc), key="source.start.gtid", value=start.gtid) from None
+    if start.file is None:
+        raise ConfigError("source.start needs a gtid or a file", key="source.start")
+    return await _with_gtids(conn, info, start.file, start.pos)
+
+
+async def _binlog_status(conn: AsyncConnection) -> ResultSet:
+    """SHOW MASTER STATUS; MySQL 8.4 removed it in favour of SHOW BINARY LOG STATUS."""
+    try:
+        return await conn.query("SHOW MASTER STATUS")
+    except ServerError:
+        return await conn.query("SHOW BINARY LOG STATUS")
+
+
+async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: int) -> Position:
+    if info.mariadb:
+        result = await conn.query(f"SELECT BINLOG_GTID_POS('{file}', {int(pos)})")
+        value = result.rows[0][0] if result.rows else None
+        if value is not None:
+            return Position(file, pos, None, MariaGtidPosition.parse(str(value)))
+        return Position(file, pos)
+    return Position(file, pos)  # MySQL: file:pos until a complete GTID set is known
