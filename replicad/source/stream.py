@@ -33,7 +33,7 @@ from replicad.errors import (
     TlsError,
 )
 from replicad.protocol.commands import DUMP_HEARTBEAT_V2
-from replicad.protocol.handshake import TlsConfig, TlsMode
+from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
 
 log = structlog.get_logger("replicad.source")
@@ -91,9 +91,9 @@ def replica_uuid(source: SourceConfig, pipeline: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"replicad:{pipeline}:{source.server_id}"))
 
 
-def tls_config(source: SourceConfig) -> TlsConfig:
+def tls_config(source: SourceConfig) -> TlsSettings:
     tls = source.tls
-    return TlsConfig(TlsMode(tls.mode), ca=tls.ca, cert=tls.cert, key=tls.key)
+    return TlsSettings(TlsMode(tls.mode), ca=tls.ca, cert=tls.cert, key=tls.key)
 
 
 # A restart cannot fix these: raised at once, never retried (the caller exits 78).
