@@ -34,6 +34,13 @@ from replicad.errors import (
     RelayError,
     ReplicadError,
 )
+from replicad.exit_codes import (
+    EXIT_CHECK_FAILED,
+    EXIT_CONFIG,
+    EXIT_DATA_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from replicad.relay.decode import (
     SegmentStart,
     TornTail,
@@ -46,14 +53,7 @@ from replicad.relay.decode import (
 from replicad.relay.inspect import inspect_relay, render_report
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
-from replicad.service.exits import (
-    EXIT_CHECK_FAILED,
-    EXIT_CONFIG,
-    EXIT_DATA_ERROR,
-    EXIT_OK,
-    EXIT_USAGE,
-    exit_code,
-)
+from replicad.service.exits import exit_code
 from replicad.service.logging import configure_logging
 from replicad.service.operator import PositionValueError, describe_position, resolve_position
 from replicad.service.signals import install_stop_handlers
