@@ -59,6 +59,7 @@ from replicad.errors import (
 from replicad.service.daemon import Pipeline, run_until_stopped
 from replicad.service.exits import needs_operator
 from replicad.service.operator import resolve_position
+from replicad.service.status_view import zk_pipeline_status
 from replicad.sinks.base import ProducerFencedError
 from replicad.source.schema import snapshot
 from replicad.source.stream import open_connection
@@ -269,33 +270,11 @@ def zk_status(config: Config) -> list[dict[str, Any]]:
     try:
         names = list_pipelines(client, zk.root, zk.cluster)
         return [
-            _status_view(read_pipeline_state(client, ZkPaths.from_config(zk, name)))
+            zk_pipeline_status(read_pipeline_state(client, ZkPaths.from_config(zk, name)))
             for name in names
         ]
     finally:
         client.stop()
-
-
-def _status_view(state: dict[str, Any]) -> dict[str, Any]:
-    status = state.get("status") or {}
-    record = state.get("position") or {}
-    leader = state.get("leader")
-    return {
-        "pipeline": state["pipeline"],
-        "store": f"zookeeper {state['path']}",
-        "leader": None
-        if leader is None
-        else {k: leader.get(k) for k in ("worker", "host", "pid") if leader.get(k) is not None},
-        "standbys": len(state.get("candidates") or []) - (1 if leader else 0),
-        "epoch": state.get("epoch"),
-        "position": record.get("position"),
-        "position_epoch": record.get("epoch"),
-        "position_age_s": state.get("position_age_s"),
-        "read_position": status.get("read_position"),
-        "lag_s": state.get("lag_s"),
-        "last_error": state.get("last_error"),
-        "pending_commands": state.get("pending_commands") or [],
-    }
 
 
 def zk_change_position(
