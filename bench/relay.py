@@ -871,7 +871,7 @@ def profile(args: argparse.Namespace, root: Path, workload: Workload) -> str:
         work = [(events_of(pool, txn), txn) for txn in batch]
         start = clock()
         for events, txn in work:
-            commit = segment.Commit(txn.position, txn.commit_ts, len(events))
+            commit = segment.CommitRecord(txn.position, txn.commit_ts, len(events))
             data = records.encode_record(segment.encode_end(commit, events), offset)
             offset += len(data)
         elapsed += clock() - start

@@ -1,63 +1,46 @@
-"""`replicad` command line."""
+"""`replicad` command line: argument parsing and dispatch. What the commands print is built
+elsewhere (service.dump_view, service.status_view, relay.inspect)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
-import os
-import socket
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import structlog
 
-from replicad.binlog.changes import iter_row_changes
-from replicad.binlog.events import Event
-from replicad.binlog.files import iter_file_events
-from replicad.binlog.gtid import GtidSet
-from replicad.binlog.rows import RowsEvent, TableMapEvent
 from replicad.config import Config, load_config
 from replicad.coordination.local import (
     LocalPipelineStore,
     LocalPositionStore,
     PositionFileLock,
-    read_status,
-    running_pid,
-    status_path,
 )
 from replicad.errors import (
     ConfigError,
     RelayError,
     ReplicadError,
 )
-from replicad.relay.decode import (
-    SegmentStart,
-    TornTail,
-    TransactionEnd,
-    boundary_to_dict,
-    input_kind,
-    iter_relay,
-    relay_row_changes,
-)
-from replicad.relay.inspect import inspect_relay, render_report
-from replicad.service.check import run_check
-from replicad.service.daemon import run_until_stopped
-from replicad.service.exits import (
+from replicad.exit_codes import (
     EXIT_CHECK_FAILED,
     EXIT_CONFIG,
     EXIT_DATA_ERROR,
     EXIT_OK,
     EXIT_USAGE,
-    exit_code,
 )
+from replicad.relay.decode import input_kind
+from replicad.relay.inspect import inspect_relay, render_report
+from replicad.service.check import run_check
+from replicad.service.daemon import run_until_stopped
+from replicad.service.dump_view import dump_input
+from replicad.service.exits import exit_code
 from replicad.service.logging import configure_logging
 from replicad.service.operator import PositionValueError, describe_position, resolve_position
 from replicad.service.signals import install_stop_handlers
-from replicad.sinks.envelope import change_to_dict, dumps
+from replicad.service.status_view import local_pipeline_status, render_status
 from replicad.source.schema import default_history_path
 
 
@@ -306,20 +289,15 @@ def cmd_dump(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         try:
-            if kind == "binlog":
-                events = iter_file_events(
-                    path, start=start, stop=stop, verify_checksum=args.verify_checksum
-                )
-                if args.events:
-                    _write_events(out, events, path)
-                else:
-                    _write_changes(out, iter_row_changes(events, file=os.path.basename(path)))
-            else:
-                items = iter_relay(Path(path), verify_checksum=args.verify_checksum)
-                if args.events:
-                    _write_events(out, items, path)
-                else:
-                    _write_changes(out, relay_row_changes(_torn_note(path, items)))
+            dump_input(
+                out,
+                path,
+                kind,
+                start=start,
+                stop=stop,
+                events=args.events,
+                verify_checksum=args.verify_checksum,
+            )
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
                 raise
@@ -335,98 +313,6 @@ def cmd_dump(args: argparse.Namespace) -> int:
             return EXIT_DATA_ERROR
     out.flush()
     return EXIT_OK
-
-
-def _write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
-    """Events of a binlog file, or a relay's events with its segment and commit lines."""
-    for item in items:
-        if isinstance(item, (SegmentStart, TransactionEnd)):
-            out.write(dumps(boundary_to_dict(item)) + b"\n")
-        elif isinstance(item, TornTail):
-            _print_torn(path, item)
-        elif isinstance(item, Event):
-            out.write(dumps(event_to_dict(item)) + b"\n")
-
-
-def _write_changes(out: BinaryIO, changes: Iterable[Any]) -> None:
-    for change in changes:
-        out.write(dumps(change_to_dict(change)) + b"\n")
-
-
-def _torn_note(path: str, items: Iterable[Any]) -> Iterator[Any]:
-    for item in items:
-        if isinstance(item, TornTail):
-            _print_torn(path, item)
-        yield item
-
-
-def _print_torn(path: str, item: TornTail) -> None:
-    """A relay directory's current segment ends inside a transaction: not an error."""
-    sys.stdout.buffer.flush()
-    print(
-        f"replicad dump: {path}: {item.segment} at offset {item.offset}: {item.reason} "
-        "(being written, or torn by a crash): not printed",
-        file=sys.stderr,
-    )
-
-
-_SKIPPED_FIELDS = {"header", "body", "table_map", "_decoders", "payload", "columns"}
-
-
-def event_to_dict(event: Event) -> dict[str, Any]:
-    header = event.header
-    out: dict[str, Any] = {
-        "type": header.type_name,
-        "pos": header.pos,
-        "next_pos": header.next_pos,
-        "timestamp": header.timestamp,
-        "server_id": header.server_id,
-        "log_pos": header.log_pos,
-        "header_flags": header.flags,
-    }
-    for f in dataclasses.fields(event):
-        if f.name in _SKIPPED_FIELDS:
-            continue
-        value = getattr(event, f.name)
-        if f.name in ("present_before", "present_after"):
-            value = [i for i in range(value.bit_length()) if value >> i & 1]
-        elif isinstance(value, GtidSet):
-            value = str(value)
-        elif isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
-            value = [str(v) for v in value]
-        out[f.name] = value
-    gtid = getattr(event, "gtid", None)
-    if isinstance(gtid, str):
-        out["gtid"] = gtid
-    if isinstance(event, TableMapEvent):
-        out["columns"] = [_column_dict(c) for c in event.columns]
-        out["primary_key"] = event.primary_key_names
-    if isinstance(event, RowsEvent):
-        out["op"] = event.op
-        out["rows"] = list(_rows(event))
-    return out
-
-
-def _column_dict(column: Any) -> dict[str, Any]:
-    data = {
-        "name": column.name,
-        "type": column.type_name,
-        "meta": column.meta,
-        "nullable": column.nullable,
-        "unsigned": column.unsigned,
-    }
-    for key in ("collation", "enum_values", "set_values", "geometry_type", "vector_dimensions"):
-        value = getattr(column, key)
-        if value is not None:
-            data[key] = value
-    if not column.visible:
-        data["visible"] = False
-    return data
-
-
-def _rows(event: RowsEvent) -> Iterator[dict[str, Any]]:
-    for before, after in event.rows():
-        yield {"before": before, "after": after}
 
 
 # ---------------------------------------------------------------------- operator commands
@@ -449,56 +335,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
             pipelines = zk_status(config)
         else:
-            pipelines = [local_status(config)]
+            pipelines = [local_pipeline_status(config)]
     except ReplicadError as exc:
         print(f"replicad status: {exc}", file=sys.stderr)
         return exit_code(exc)
     _emit(args, {"pipelines": pipelines}, "\n\n".join(render_status(p) for p in pipelines))
     return EXIT_OK
-
-
-def local_status(config: Config) -> dict[str, Any]:
-    path = config.coordination.local.path
-    position = LocalPositionStore(path, config.pipeline).load()
-    pid = running_pid(path)
-    status = read_status(status_path(path)) or {}
-    return {
-        "pipeline": config.pipeline,
-        "store": f"file {path}",
-        "leader": None if pid is None else {"pid": pid, "host": socket.gethostname()},
-        "epoch": None,
-        "position": None if position is None else position.to_json(),
-        "read_position": status.get("read_position") if pid is not None else None,
-        "lag_s": status.get("lag_s") if pid is not None else None,
-        "updated_ms": status.get("updated_ms"),
-        "last_error": status.get("last_error"),
-    }
-
-
-def render_status(p: dict[str, Any]) -> str:
-    leader = p.get("leader")
-    if leader:
-        who = " ".join(f"{k}={v}" for k, v in leader.items() if v is not None)
-        state = f"running ({who})"
-    else:
-        state = "no leader" if p.get("epoch") is not None else "stopped"
-    lines = [
-        f"pipeline {p['pipeline']}  ({p['store']})",
-        f"  state     {state}",
-    ]
-    if p.get("epoch") is not None:
-        lines.append(f"  epoch     {p['epoch']}")
-    lines.append(f"  position  {describe_position(p.get('position'))}")
-    if p.get("read_position"):
-        lines.append(f"  read      {describe_position(p['read_position'])}")
-    if p.get("lag_s") is not None:
-        lines.append(f"  lag       {p['lag_s']} s")
-    if p.get("pending_commands"):
-        lines.append(f"  queued    {len(p['pending_commands'])} command(s)")
-    error = p.get("last_error")
-    if error:
-        lines.append(f"  last error  {error.get('kind')}: {error.get('error')}")
-    return "\n".join(lines)
 
 
 def cmd_position(args: argparse.Namespace) -> int:

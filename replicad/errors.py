@@ -1,11 +1,23 @@
 """Typed errors. Every error carries the context an operator needs to find the problem:
-the file, the byte offset, the event type, the GTID or the table involved."""
+the file, the byte offset, the event type, the GTID or the table involved.
+
+Every error also carries `exit_code`, the status a run it ends exits with: EXIT_TEMPFAIL (75)
+unless the class says EXIT_CONFIG (78), for what a restart cannot change (docs/operations.md
+has the table; systemd does not restart a 78, and under ZooKeeper a 78 ends the worker
+instead of a new campaign)."""
 
 from __future__ import annotations
+
+from typing import ClassVar
+
+from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
 
 
 class ReplicadError(Exception):
     """Base of every error replicad raises on purpose."""
+
+    # Transient unless a subclass knows better: a restart resumes from the stored position.
+    exit_code: ClassVar[int] = EXIT_TEMPFAIL
 
     def __init__(self, reason: str, **context: object) -> None:
         self.reason = reason
@@ -29,6 +41,8 @@ class ReplicadError(Exception):
 
 class ConfigError(ReplicadError):
     """Invalid configuration: names the key and the value."""
+
+    exit_code = EXIT_CONFIG  # the same file gives the same error
 
 
 class BinlogError(ReplicadError):
@@ -64,6 +78,8 @@ class InvalidPositionError(ReplicadError, ValueError):
     stored position record that is malformed. Where it came from (config, a file, ZooKeeper,
     Kafka) is added by whoever read it."""
 
+    exit_code = EXIT_CONFIG  # a malformed position in config or a stored record
+
 
 class JsonDecodeError(BinlogError):
     """MySQL binary JSON or a JSON diff that cannot be decoded."""
@@ -89,6 +105,8 @@ class AuthError(ReplicadError):
     """Authentication failed or cannot be attempted. Names the account, never the password.
     `code`/`sqlstate` are set when the server refused with an ERR packet."""
 
+    exit_code = EXIT_CONFIG  # the primary's or ZooKeeper's credentials or ACLs
+
     def __init__(
         self,
         reason: str,
@@ -108,6 +126,8 @@ class ConnectError(ReplicadError):
 
 class TlsError(ReplicadError):
     """TLS was required but could not be negotiated or the server's certificate was refused."""
+
+    exit_code = EXIT_CONFIG
 
 
 class ConnectionLostError(ReplicadError):
@@ -145,6 +165,9 @@ class RelayLockedError(RelayError):
 class RelayCorruptError(RelayError):
     """A relay segment holds bytes that fail their checksum or framing: names the segment and
     the byte offset."""
+
+    # relay.on_corruption: refetch recovers without an operator, by not raising this
+    exit_code = EXIT_CONFIG
 
 
 class RelayTornError(RelayCorruptError):

@@ -19,6 +19,7 @@ import structlog
 from replicad.atomic_file import write_atomically
 from replicad.binlog.position import Position
 from replicad.errors import InvalidPositionError, ReplicadError
+from replicad.exit_codes import EXIT_CONFIG
 from replicad.process_lock import ProcessLock, holder_pid
 from replicad.source.schema import SchemaHistory
 
@@ -29,6 +30,8 @@ FORMAT_VERSION = 1
 
 class PositionStoreError(ReplicadError):
     """The position store cannot be read or written."""
+
+    exit_code = EXIT_CONFIG  # a damaged or unreadable position file stays so on a restart
 
 
 class LocalPositionStore:

@@ -1,6 +1,7 @@
 """What a pipeline keeps outside itself: its position, its schema history, and what it tells
 operators (status, last error). `coordination.local` keeps them in files for a single daemon;
-`coordination.zk` keeps them in ZooKeeper, where every write is fenced by the leader's epoch.
+`coordination.zk_store` keeps them in ZooKeeper, where every write is fenced by the leader's
+epoch.
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ from replicad.protocol.auth import Secret
 from replicad.protocol.commands import (
     BinlogDump,
     BinlogDumpGtid,
-    Column,
     Ping,
     Query,
     Quit,
     RegisterSlave,
+    ResultColumn,
     ResultSet,
 )
 from replicad.protocol.connection import (
@@ -26,14 +26,13 @@ from replicad.protocol.connection import (
     State,
     TlsUpgradeNeeded,
 )
-from replicad.protocol.handshake import TlsConfig, TlsMode, build_ssl_context
+from replicad.protocol.handshake import TlsMode, TlsSettings, build_ssl_context
 
 __all__ = [
     "NEED_DATA",
     "BinlogDump",
     "BinlogDumpGtid",
     "BinlogEventPacket",
-    "Column",
     "Connection",
     "ConnectionClosed",
     "EndOfDump",
@@ -43,11 +42,12 @@ __all__ = [
     "Quit",
     "Ready",
     "RegisterSlave",
+    "ResultColumn",
     "ResultSet",
     "Secret",
     "State",
-    "TlsConfig",
     "TlsMode",
+    "TlsSettings",
     "TlsUpgradeNeeded",
     "build_ssl_context",
 ]

@@ -169,7 +169,10 @@ Command = Query | Ping | Quit | RegisterSlave | BinlogDump | BinlogDumpGtid
 
 
 @dataclass(frozen=True, slots=True)
-class Column:
+class ResultColumn:
+    """A column definition of a text result set (not `binlog.rows.Column`, a table-map
+    column of a row event)."""
+
     name: str
     schema: str
     table: str
@@ -194,7 +197,7 @@ class ResultSet:
     expressions with the binary collation), and None for NULL. Numbers, dates and times stay
     text, exactly as the server printed them."""
 
-    columns: tuple[Column, ...]
+    columns: tuple[ResultColumn, ...]
     rows: list[tuple[str | bytes | None, ...]]
     warnings: int = 0
     status_flags: int = 0
@@ -215,7 +218,7 @@ def _text(raw: bytes, what: str) -> str:
         raise ProtocolError(f"{what} is not valid UTF-8", at=exc.start) from None
 
 
-def parse_column_definition(payload: bytes) -> Column:
+def parse_column_definition(payload: bytes) -> ResultColumn:
     """ColumnDefinition41."""
     pos = 0
     texts = []
@@ -228,12 +231,14 @@ def parse_column_definition(payload: bytes) -> Column:
     need(payload, pos, 10, "column definition fixed part")
     charset, length, col_type, flags, decimals = struct.unpack_from("<HIBHB", payload, pos)
     _catalog, schema, table, org_table, name, org_name = texts
-    return Column(
+    return ResultColumn(
         name, schema, table, org_table, org_name, charset, length, col_type, flags, decimals
     )
 
 
-def parse_text_row(payload: bytes, columns: tuple[Column, ...]) -> tuple[str | bytes | None, ...]:
+def parse_text_row(
+    payload: bytes, columns: tuple[ResultColumn, ...]
+) -> tuple[str | bytes | None, ...]:
     values: list[str | bytes | None] = []
     pos = 0
     for column in columns:
@@ -263,8 +268,8 @@ class ResultSetReader:
             raise ProtocolError("result set with zero columns")
         self._count = column_count
         self._deprecate_eof = deprecate_eof
-        self._columns: list[Column] = []
-        self._frozen: tuple[Column, ...] = ()
+        self._columns: list[ResultColumn] = []
+        self._frozen: tuple[ResultColumn, ...] = ()
         self._rows: list[tuple[str | bytes | None, ...]] = []
         self._step = "columns"
 

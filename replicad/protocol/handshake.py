@@ -261,7 +261,9 @@ class TlsMode(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class TlsConfig:
+class TlsSettings:
+    """How the protocol layer negotiates TLS (the YAML side is `config.TlsConfig`)."""
+
     mode: TlsMode = TlsMode.VERIFY_IDENTITY
     ca: Path | str | None = None  # PEM bundle; None uses the system trust store
     cert: Path | str | None = None  # client certificate (PEM) for X509 accounts
@@ -273,7 +275,7 @@ class TlsConfig:
         return self.mode is not TlsMode.DISABLED
 
 
-def build_ssl_context(config: TlsConfig) -> ssl.SSLContext | None:
+def build_ssl_context(config: TlsSettings) -> ssl.SSLContext | None:
     """The SSLContext for a TLS mode (None when TLS is disabled)."""
     if config.mode is TlsMode.DISABLED:
         return None

@@ -45,7 +45,7 @@ from replicad.protocol.connection import (
     State,
     TlsUpgradeNeeded,
 )
-from replicad.protocol.handshake import TlsConfig, TlsMode, build_ssl_context
+from replicad.protocol.handshake import TlsMode, TlsSettings, build_ssl_context
 
 READ_SIZE = 256 * 1024
 
@@ -57,12 +57,12 @@ def _client_version() -> str:
         return "unknown"
 
 
-def _tls_config(tls: TlsConfig | TlsMode | str | None) -> TlsConfig:
+def _tls_config(tls: TlsSettings | TlsMode | str | None) -> TlsSettings:
     if tls is None:
-        return TlsConfig(TlsMode.DISABLED)
-    if isinstance(tls, TlsConfig):
+        return TlsSettings(TlsMode.DISABLED)
+    if isinstance(tls, TlsSettings):
         return tls
-    return TlsConfig(TlsMode(tls))
+    return TlsSettings(TlsMode(tls))
 
 
 class AsyncConnection:
@@ -274,7 +274,7 @@ async def connect(
     password: Secret | str | bytes | None,
     *,
     database: str | None = None,
-    tls: TlsConfig | TlsMode | str | None = None,
+    tls: TlsSettings | TlsMode | str | None = None,
     connect_timeout: float = 10.0,
     read_timeout: float | None = None,
     server_public_key: bytes | Path | str | None = None,

@@ -25,7 +25,7 @@ from replicad.relay.files import SegmentScan
 from replicad.relay.inspect import read_manifest
 from replicad.relay.manifest import MANIFEST, segment_number
 from replicad.relay.records import HEADER_SIZE, FragmentType
-from replicad.relay.segment import MAGIC, Commit, RecordKind, SegmentHeader
+from replicad.relay.segment import MAGIC, CommitRecord, RecordKind, SegmentHeader
 
 InputKind = Literal["binlog", "relay-segment", "relay-directory"]
 
@@ -97,7 +97,7 @@ class TransactionEnd:
     segment: str
     offset: int
     end: int  # just after its last record
-    commit: Commit
+    commit: CommitRecord
 
 
 @dataclass(slots=True, frozen=True)
@@ -157,7 +157,7 @@ def iter_relay(path: Path, *, verify_checksum: bool = True) -> Iterator[RelayIte
             yield TornTail(segment.name, offset if isinstance(offset, int) else 0, exc.reason)
 
 
-def _commit_ahead(path: Path, start: int) -> Commit:
+def _commit_ahead(path: Path, start: int) -> CommitRecord:
     """The commit of the transaction whose first record is at `start` but which spans several
     records: read ahead to its end (again from disk, so memory stays bounded). A transaction
     that does not end raises here, before any of its events is printed."""

@@ -12,7 +12,7 @@ from typing import BinaryIO
 from replicad.errors import RelayCorruptError, RelayError, RelayTornError
 from replicad.relay.records import RecordReader
 from replicad.relay.segment import (
-    Commit,
+    CommitRecord,
     Footer,
     SegmentHeader,
     TransactionGrammar,
@@ -35,8 +35,8 @@ class SegmentScan:
     header: SegmentHeader | None = None
     header_end: int = 0
     end: int = 0
-    last: Commit | None = None
-    first: Commit | None = None
+    last: CommitRecord | None = None
+    first: CommitRecord | None = None
     footer: Footer | None = None
     transactions: int = 0
     events: int = 0
@@ -103,7 +103,7 @@ class SegmentScan:
             )
         reader.finish()
 
-    def _committed(self, commit: Commit, end: int) -> None:
+    def _committed(self, commit: CommitRecord, end: int) -> None:
         self.end = end
         self.transactions += 1
         self.events += commit.events
@@ -113,7 +113,7 @@ class SegmentScan:
 
     def transactions_iter(
         self, start: int | None = None, stop: int | Callable[[], int | None] | None = None
-    ) -> Iterator[tuple[list[bytes], Commit, int, int]]:
+    ) -> Iterator[tuple[list[bytes], CommitRecord, int, int]]:
         """Whole transactions (events, commit, start, end): for tools and tests, which hold
         a transaction in memory. The daemon streams chunks instead."""
         events: list[bytes] = []

@@ -13,13 +13,13 @@ from replicad.binlog.position import Position
 from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import Manifest, SegmentInfo, load_manifest
-from replicad.relay.segment import Commit
+from replicad.relay.segment import CommitRecord
 
 
 @dataclass(slots=True, frozen=True)
 class RelayTransaction:
     events: list[bytes]
-    commit: Commit
+    commit: CommitRecord
     segment: str
     start: int
     end: int

@@ -50,7 +50,10 @@ class SegmentHeader:
 
 
 @dataclass(slots=True, frozen=True)
-class Commit:
+class CommitRecord:
+    """What a segment's END record says about a relayed transaction (the live stream's
+    counterpart is `source.transactions.Commit`)."""
+
     position: Position  # after the transaction
     commit_ts: int  # the primary's timestamp of the commit event (seconds)
     events: int  # events in the whole transaction
@@ -75,7 +78,7 @@ class TxnChunk:
     events: list[bytes]
     start: int
     end: int
-    commit: Commit | None = None
+    commit: CommitRecord | None = None
 
 
 def _events(events: Sequence[bytes]) -> bytes:
@@ -108,7 +111,7 @@ def encode_part(events: Sequence[bytes]) -> bytes:
     return bytes((RecordKind.TXN_PART,)) + _events(events)
 
 
-def encode_end(commit: Commit, events: Sequence[bytes]) -> bytes:
+def encode_end(commit: CommitRecord, events: Sequence[bytes]) -> bytes:
     meta = {
         "position": commit.position.to_json(),
         "commit_ts": commit.commit_ts,
@@ -263,7 +266,7 @@ class TransactionGrammar:
                     f"transaction says {count} events, its records hold {self._events_seen}"
                 )
             self.open_start, self._events_seen = None, 0
-            commit = Commit(position, commit_ts, count)
+            commit = CommitRecord(position, commit_ts, count)
             return TxnChunk(events, start, record.end, commit)
         if kind == RecordKind.FOOTER:
             if self.open_start is not None:

@@ -47,7 +47,7 @@ from replicad.relay.manifest import (
 )
 from replicad.relay.records import encode_record
 from replicad.relay.segment import (
-    Commit,
+    CommitRecord,
     Footer,
     SegmentHeader,
     encode_end,
@@ -347,7 +347,7 @@ class RelayWriter:
         self._syncer.raise_failure()
         if not self._in_txn:
             self._start_transaction()
-        commit = Commit(position, commit_ts, self._txn_events)
+        commit = CommitRecord(position, commit_ts, self._txn_events)
         self._write(encode_end(commit, self._pending))
         self._pending, self._pending_bytes, self._txn_events = [], 0, 0
         self._in_txn = False

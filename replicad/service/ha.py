@@ -3,7 +3,8 @@ pipelines, leads at most `coordination.zookeeper.max_pipelines` of them at once,
 pipeline only while it leads it.
 
 - The position and the schema history live in ZooKeeper; every write is fenced by the
-  leader's epoch (coordination.zk), so a deposed leader cannot move them.
+  leader's epoch (coordination.zk_store over coordination.zk), so a deposed leader cannot
+  move them.
 - Every row handed to a sink is preceded by a look at the leadership lease: publishing stops
   the moment ZooKeeper is suspended or silent for too long, and goes on only when the epoch
   is re-validated. A lost leadership abandons the pipeline (nothing more is sent, no final
@@ -22,12 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import structlog
-import zstandard
 
 from replicad.binlog.position import Position
 from replicad.config import Config, ZookeeperConfig
@@ -46,6 +45,12 @@ from replicad.coordination.zk import (
     submit_command,
     wait_command,
 )
+from replicad.coordination.zk_store import (
+    SET_POSITION,
+    ZkCommandInbox,
+    ZkPipelineStore,
+    compress_schema,
+)
 from replicad.errors import (
     ConfigError,
     CoordinationUnavailableError,
@@ -54,73 +59,15 @@ from replicad.errors import (
 from replicad.service.daemon import Pipeline, run_until_stopped
 from replicad.service.exits import needs_operator
 from replicad.service.operator import resolve_position
+from replicad.service.status_view import zk_pipeline_status
 from replicad.sinks.base import ProducerFencedError
-from replicad.source.schema import SchemaHistory, snapshot
+from replicad.source.schema import snapshot
 from replicad.source.stream import open_connection
 
 log = structlog.get_logger("replicad.ha")
 
-SET_POSITION = "set_position"
 RETRY_AFTER_FAILURE_S = 5.0  # after a transient pipeline failure, before campaigning again
-COMMAND_POLL_S = 1.0
-_ZSTD_LEVEL = 3
 T = TypeVar("T")
-
-
-class ZkPipelineStore:
-    """The PipelineStore of a leader: ZooKeeper nodes written under its epoch. The schema
-    history is stored zstd-compressed (it is JSON; ZooKeeper nodes are limited to ~1 MiB)."""
-
-    def __init__(self, leadership: Leadership) -> None:
-        self.leadership = leadership
-
-    def describe(self) -> str:
-        return f"zookeeper {self.leadership.paths.base}"
-
-    def load_position(self) -> Position | None:
-        return self.leadership.load_position()
-
-    def save_position(self, position: Position) -> None:
-        self.leadership.save_position(position)
-
-    def load_history(self, position: Position) -> SchemaHistory | None:
-        blob = self.leadership.load_schema()
-        if not blob:
-            return None
-        raw = zstandard.ZstdDecompressor().decompress(blob)
-        return SchemaHistory.parse(raw, position, zookeeper=self.leadership.paths.schema)
-
-    def save_history(self, history: SchemaHistory, durable: Position | None) -> None:
-        raw = history.serialize(durable=durable)
-        self.leadership.save_schema(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw))
-
-    def publish_status(self, status: dict[str, Any]) -> None:
-        self.leadership.publish_status(status)
-
-    def record_error(self, error: str, kind: str) -> None:
-        self.leadership.record_error(error, kind)
-
-
-class CommandInbox:
-    """Operator commands for the pipeline this worker leads, looked for at most every
-    COMMAND_POLL_S (by the pipeline's ticker, outside the hot path)."""
-
-    def __init__(self, leadership: Leadership) -> None:
-        self.leadership = leadership
-        self._checked = 0.0
-
-    def next_command(self) -> Command | None:
-        now = time.monotonic()
-        if now - self._checked < COMMAND_POLL_S or not self.leadership.valid:
-            return None
-        self._checked = now
-        for command in self.leadership.pending_commands():
-            if command.op == SET_POSITION:
-                return command
-            self.leadership.complete_command(
-                command.id, "rejected", {"error": f"unknown command {command.op!r}"}
-            )
-        return None
 
 
 async def run_with_zookeeper(
@@ -253,7 +200,7 @@ async def _run_as_leader(
     plog: Any,
 ) -> None:
     store = ZkPipelineStore(leadership)
-    inbox = CommandInbox(leadership)
+    inbox = ZkCommandInbox(leadership)
     while True:
         pipeline: Pipeline = await run_until_stopped(
             config, password, stop, store=store, lease=leadership, inbox=inbox
@@ -323,33 +270,11 @@ def zk_status(config: Config) -> list[dict[str, Any]]:
     try:
         names = list_pipelines(client, zk.root, zk.cluster)
         return [
-            _status_view(read_pipeline_state(client, ZkPaths.from_config(zk, name)))
+            zk_pipeline_status(read_pipeline_state(client, ZkPaths.from_config(zk, name)))
             for name in names
         ]
     finally:
         client.stop()
-
-
-def _status_view(state: dict[str, Any]) -> dict[str, Any]:
-    status = state.get("status") or {}
-    record = state.get("position") or {}
-    leader = state.get("leader")
-    return {
-        "pipeline": state["pipeline"],
-        "store": f"zookeeper {state['path']}",
-        "leader": None
-        if leader is None
-        else {k: leader.get(k) for k in ("worker", "host", "pid") if leader.get(k) is not None},
-        "standbys": len(state.get("candidates") or []) - (1 if leader else 0),
-        "epoch": state.get("epoch"),
-        "position": record.get("position"),
-        "position_epoch": record.get("epoch"),
-        "position_age_s": state.get("position_age_s"),
-        "read_position": status.get("read_position"),
-        "lag_s": state.get("lag_s"),
-        "last_error": state.get("last_error"),
-        "pending_commands": state.get("pending_commands") or [],
-    }
 
 
 def zk_change_position(
@@ -394,8 +319,7 @@ def zk_change_position(
                 "write the position now",
                 pipeline=config.pipeline,
             )
-        raw = history.serialize()
-        blob = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw)
+        blob = compress_schema(history.serialize())
         epoch = force_set_position(client, paths, position, by, schema=blob)
         return {"old": old, "new": position.to_json(), "how": f"forced (epoch {epoch})"}
     finally:

@@ -14,7 +14,7 @@ import threading
 
 import structlog
 
-from replicad.service.exits import EXIT_TEMPFAIL
+from replicad.exit_codes import EXIT_TEMPFAIL
 
 log = structlog.get_logger("replicad")
 

@@ -15,16 +15,21 @@ from typing import Any, Protocol
 from replicad.binlog.changes import RowChange
 from replicad.binlog.position import Position
 from replicad.errors import ReplicadError
+from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
 
 
 class SinkError(ReplicadError):
     """A sink could not deliver (disk full, closed pipe, message rejected, ...). The position
     stays at the last acknowledged transaction."""
 
+    exit_code = EXIT_CONFIG  # a message Kafka refuses for good: too large, not authorised
+
 
 class SinkUnavailableError(SinkError):
     """A transient failure (e.g. a Kafka transaction that had to be aborted): the pipeline
     stops and a restart resumes from the stored position."""
+
+    exit_code = EXIT_TEMPFAIL
 
 
 class ProducerFencedError(SinkUnavailableError):

@@ -50,6 +50,7 @@ from replicad.binlog.events import QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
 from replicad.errors import ReplicadError, ServerError
+from replicad.exit_codes import EXIT_CONFIG
 from replicad.source.ddl import apply_ddl, enum_set_members, is_ddl
 from replicad.source.schema_model import (
     FAMILY_OF,
@@ -72,6 +73,8 @@ NO_BACKSLASH_ESCAPES = 1 << 21  # sql_mode bit (MySQL and MariaDB)
 
 class SchemaHistoryError(ReplicadError):
     """The schema history file cannot be read or written."""
+
+    exit_code = EXIT_CONFIG  # a damaged history stays so on a restart
 
 
 class SchemaHistoryAheadError(SchemaHistoryError):

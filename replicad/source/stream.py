@@ -34,8 +34,9 @@ from replicad.errors import (
     ServerError,
     TlsError,
 )
+from replicad.exit_codes import EXIT_CONFIG
 from replicad.protocol.commands import DUMP_HEARTBEAT_V2
-from replicad.protocol.handshake import TlsConfig, TlsMode
+from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
 from replicad.source.transactions import TransactionUnit, UnitAssembler
 
@@ -48,9 +49,13 @@ _HEARTBEATS = frozenset(bytes([code]) for code in (EventType.HEARTBEAT, EventTyp
 class PositionLostError(ReplicadError):
     """The primary can no longer serve the stored position (binlog purged or never existed)."""
 
+    exit_code = EXIT_CONFIG
+
 
 class DumpRefusedError(ReplicadError):
     """The primary ended the dump with a fatal error that retrying will not fix."""
+
+    exit_code = EXIT_CONFIG
 
 
 # Server messages of error 1236 that mean "the requested position is no longer (or never was)
@@ -95,9 +100,9 @@ def replica_uuid(source: SourceConfig, pipeline: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"replicad:{pipeline}:{source.server_id}"))
 
 
-def tls_config(source: SourceConfig) -> TlsConfig:
+def tls_config(source: SourceConfig) -> TlsSettings:
     tls = source.tls
-    return TlsConfig(TlsMode(tls.mode), ca=tls.ca, cert=tls.cert, key=tls.key)
+    return TlsSettings(TlsMode(tls.mode), ca=tls.ca, cert=tls.cert, key=tls.key)
 
 
 # A restart cannot fix these: raised at once, never retried (the caller exits 78).

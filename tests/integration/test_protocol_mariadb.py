@@ -27,7 +27,7 @@ from replicad.binlog.parser import BinlogParser
 from replicad.binlog.rows import RowsEvent
 from replicad.errors import AuthError, ConnectError, ServerError, TlsError
 from replicad.protocol.auth import ed25519_public_key
-from replicad.protocol.handshake import TlsConfig, TlsMode
+from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
 from tests.conftest import MARIADB_PORT
 
@@ -167,14 +167,14 @@ async def test_tls_required(mariadb: dict[str, object]) -> None:
     root.close()
     assert have_ssl == "YES"
     ca = ROOT / ".services" / "mariadb" / "ssl" / "ca.pem"
-    for tls in ("required", "preferred", TlsConfig(TlsMode.VERIFY_IDENTITY, ca=ca)):
+    for tls in ("required", "preferred", TlsSettings(TlsMode.VERIFY_IDENTITY, ca=ca)):
         conn = await connect(HOST, MARIADB_PORT, "root", "root", tls=tls)
         assert conn.server.tls
         (cipher,) = (await conn.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")).rows[0][1:]
         assert cipher
         await conn.close()
     with pytest.raises(TlsError, match="certificate rejected"):
-        await connect(HOST, MARIADB_PORT, "root", "root", tls=TlsConfig(TlsMode.VERIFY_CA))
+        await connect(HOST, MARIADB_PORT, "root", "root", tls=TlsSettings(TlsMode.VERIFY_CA))
 
 
 @pytest.mark.asyncio

@@ -19,8 +19,8 @@ import pytest
 from replicad.errors import ConfigError, ProtocolError
 from replicad.protocol.handshake import (
     Capability,
-    TlsConfig,
     TlsMode,
+    TlsSettings,
     build_handshake_response,
     build_ssl_context,
     build_ssl_request,
@@ -238,36 +238,36 @@ def test_ssl_request_is_the_response_prefix_with_ssl() -> None:
 
 
 def test_tls_disabled_has_no_context() -> None:
-    assert build_ssl_context(TlsConfig(TlsMode.DISABLED)) is None
+    assert build_ssl_context(TlsSettings(TlsMode.DISABLED)) is None
 
 
 def test_tls_required_encrypts_without_verifying() -> None:
-    ctx = build_ssl_context(TlsConfig(TlsMode.REQUIRED))
+    ctx = build_ssl_context(TlsSettings(TlsMode.REQUIRED))
     assert ctx is not None
     assert ctx.verify_mode == ssl.CERT_NONE and not ctx.check_hostname
     assert ctx.minimum_version >= ssl.TLSVersion.TLSv1_2
 
 
 def test_tls_verify_ca_checks_chain_not_name() -> None:
-    ctx = build_ssl_context(TlsConfig(TlsMode.VERIFY_CA))
+    ctx = build_ssl_context(TlsSettings(TlsMode.VERIFY_CA))
     assert ctx is not None
     assert ctx.verify_mode == ssl.CERT_REQUIRED and not ctx.check_hostname
 
 
 def test_tls_verify_identity_checks_chain_and_name() -> None:
-    ctx = build_ssl_context(TlsConfig(TlsMode.VERIFY_IDENTITY))
+    ctx = build_ssl_context(TlsSettings(TlsMode.VERIFY_IDENTITY))
     assert ctx is not None
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
 
 
 def test_tls_missing_ca_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="tls"):
-        build_ssl_context(TlsConfig(TlsMode.VERIFY_CA, ca=tmp_path / "missing.pem"))
+        build_ssl_context(TlsSettings(TlsMode.VERIFY_CA, ca=tmp_path / "missing.pem"))
 
 
 def test_tls_key_without_cert_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tls\.cert"):
-        build_ssl_context(TlsConfig(TlsMode.REQUIRED, key=tmp_path / "k.pem"))
+        build_ssl_context(TlsSettings(TlsMode.REQUIRED, key=tmp_path / "k.pem"))
 
 
 def test_tls_mode_names_match_mysql_ssl_mode() -> None:

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from replicad.errors import AuthError, ConnectError, ConnectionLostError, TlsError
-from replicad.protocol.handshake import Capability, TlsConfig, TlsMode
+from replicad.protocol.handshake import Capability, TlsMode, TlsSettings
 from replicad.protocol.packets import frame, write_lenenc_bytes
 from replicad.protocol.transport import connect
 from tests.unit.test_protocol_connection import OK, PASSWORD, greeting
@@ -280,7 +280,7 @@ async def serve(handler: Handler) -> AsyncIterator[int]:
 async def test_verify_identity_then_full_auth_inside_tls(pki: Pki, host: str) -> None:
     seen = Seen()
     async with serve(mysql_server(seen, cert=pki.cert, key=pki.key)) as port:
-        tls = TlsConfig(TlsMode.VERIFY_IDENTITY, ca=pki.ca)
+        tls = TlsSettings(TlsMode.VERIFY_IDENTITY, ca=pki.ca)
         conn = await connect(host, port, "repl", PASSWORD, tls=tls, connect_timeout=5)
         assert conn.server.tls
         result = await conn.query("SELECT 1")
@@ -302,7 +302,7 @@ async def test_unknown_ca_is_refused(pki: Pki) -> None:
                 port,
                 "repl",
                 PASSWORD,
-                tls=TlsConfig(TlsMode.VERIFY_CA, ca=pki.other_ca),
+                tls=TlsSettings(TlsMode.VERIFY_CA, ca=pki.other_ca),
                 connect_timeout=5,
             )
     assert info.value.context["address"] == f"127.0.0.1:{port}"
@@ -320,13 +320,13 @@ async def test_host_name_checked_only_in_verify_identity(pki: Pki) -> None:
                 port,
                 "repl",
                 PASSWORD,
-                tls=TlsConfig(TlsMode.VERIFY_IDENTITY, ca=pki.ca),
+                tls=TlsSettings(TlsMode.VERIFY_IDENTITY, ca=pki.ca),
                 connect_timeout=5,
             )
         for mode in (TlsMode.VERIFY_CA, TlsMode.REQUIRED):
             ca = pki.ca if mode is TlsMode.VERIFY_CA else None
             conn = await connect(
-                "127.0.0.1", port, "repl", PASSWORD, tls=TlsConfig(mode, ca=ca), connect_timeout=5
+                "127.0.0.1", port, "repl", PASSWORD, tls=TlsSettings(mode, ca=ca), connect_timeout=5
             )
             assert conn.server.tls
             await conn.close()
@@ -336,7 +336,9 @@ async def test_host_name_checked_only_in_verify_identity(pki: Pki) -> None:
             port,
             "repl",
             PASSWORD,
-            tls=TlsConfig(TlsMode.VERIFY_IDENTITY, ca=pki.ca, server_hostname="db.example.invalid"),
+            tls=TlsSettings(
+                TlsMode.VERIFY_IDENTITY, ca=pki.ca, server_hostname="db.example.invalid"
+            ),
             connect_timeout=5,
         )
         await conn.close()
