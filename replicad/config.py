@@ -71,6 +71,9 @@ class SourceConfig(_Strict):
     heartbeat_s: float = Field(5.0, gt=0, le=4294967)
     connect_timeout_s: float = Field(10.0, gt=0)
     reconnect: ReconnectConfig = ReconnectConfig()
+    # A transaction larger than this (the primary's bytes) is handed on in parts: memory stays
+    # bounded however large a transaction is; smaller ones travel whole.
+    unit_part_bytes: int = Field(1 << 20, ge=1)
 
     @model_validator(mode="after")
     def _one_password_source(self) -> SourceConfig:

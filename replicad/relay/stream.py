@@ -61,6 +61,7 @@ class RelayedStream:
     ) -> None:
         self.replica = ReplicaStream(source, password, pipeline=pipeline)
         self.config = relay
+        self.part_bytes = source.unit_part_bytes
         self.writer = RelayWriter(
             relay.directory / pipeline,  # pipelines of one worker never share a relay
             RelayOptions(
@@ -182,13 +183,14 @@ class RelayedStream:
             parser.parse(header.format_description)
             # Skip until the commit that ends at `after` (a unit boundary) has gone by.
             skipping = header.start is None or binlog_key(header.start) < key
-            assembler = UnitAssembler(after) if not skipping else None
+            assembler = UnitAssembler(after, part_bytes=self.part_bytes) if not skipping else None
             name = info.name
             try:
                 for chunk in scan.chunks(stop=lambda name=name: self._committed_end(name)):
                     if assembler is None:
                         if chunk.commit is not None and binlog_key(chunk.commit.position) >= key:
-                            assembler = UnitAssembler(chunk.commit.position)
+                            resume = chunk.commit.position
+                            assembler = UnitAssembler(resume, part_bytes=self.part_bytes)
                         continue
                     for raw in chunk.events:
                         unit = assembler.feed(raw, parser.decode(raw))

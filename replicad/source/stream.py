@@ -262,7 +262,7 @@ class ReplicaStream:
                 yield Reconnected(position, backoff.attempt)
             backoff.reset()
             # A new dump re-sends the transaction in flight whole: its parts seen so far go.
-            assembler = UnitAssembler(position)
+            assembler = UnitAssembler(position, part_bytes=self.source.unit_part_bytes)
             try:
                 async for raw, events in self._decode(conn):
                     if raw[4:5] in _HEARTBEATS:  # in no transaction: not stored, not resumed
