@@ -2,7 +2,7 @@
 
 Everything else lives in pyproject.toml. The extension is optional: when Cython or a C
 compiler is missing, or compiling fails, the package installs without it and decodes rows
-with the pure-Python generated decoders (see replicad/binlog/accel.py).
+with the pure-Python generated decoders (see replicad/binlog/decoder_choice.py).
 """
 
 from __future__ import annotations

@@ -172,3 +172,14 @@ class RelayCorruptError(RelayError):
 
 class RelayTornError(RelayCorruptError):
     """A segment ends inside a record or a transaction (a crash while writing it)."""
+
+
+class DecoderTableError(ReplicadError):
+    """The table of column decoders (replicad/binlog/column_decoders.py) and a decoding path
+    disagree: the table names a routine the path does not have, or the path has one the table
+    never names. A build or programming error, raised at import time."""
+
+
+class CompiledDecoderMissingError(ReplicadError):
+    """The compiled row decoder (replicad.binlog._speedups) was required
+    (REPLICAD_REQUIRE_SPEEDUPS=1) but cannot be imported."""

@@ -111,11 +111,13 @@ def pytest_configure(config: pytest.Config) -> None:
     """CI builds the Cython accelerator; tests that need it skip only where no compiler was
     available. REPLICAD_REQUIRE_SPEEDUPS=1 (set by .ci/run) turns a missing build into an
     error instead of silent skips."""
-    if os.environ.get("REPLICAD_REQUIRE_SPEEDUPS") == "1":
-        try:
-            import replicad.binlog._speedups  # noqa: F401
-        except ImportError as exc:
-            raise pytest.UsageError(f"the Cython accelerator is not built: {exc}") from exc
+    from replicad.binlog import decoder_choice
+    from replicad.errors import CompiledDecoderMissingError
+
+    try:
+        decoder_choice.check_required()
+    except CompiledDecoderMissingError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 @pytest.fixture

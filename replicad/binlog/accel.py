@@ -1,10 +1,13 @@
-"""Optional compiled row-image decoder (`_speedups`, Cython) and the switch that selects it.
+"""The compiled path: a layout as a *plan* for the Cython row decoder (`_speedups.pyx`).
 
-`build_decoder(columns, mariadb=...)` turns a layout into a *plan* - one entry per present
-column, ``(opcode, arg1, arg2, arg3, obj, groups)`` - and hands it to the extension, which
-decodes a whole row image in C. The plan mirrors the dispatch of `codegen._emit_value` and
-`values.make_decoder` type by type, so that both paths return identical values; every type
-without a native opcode keeps its `values.make_decoder` closure (opcode "call").
+`build_decoder(extension, columns, mariadb=...)` turns a layout into a plan - one entry per
+present column, ``(opcode, arg1, arg2, arg3, obj, groups)`` - and hands it to the extension,
+which decodes a whole row image in C. Which types get a native opcode, and from which routine
+of `_ROUTINES`, is decided by the table in `column_decoders.py`; every other column keeps its
+pure decoder (opcode "call"), so both paths return identical values.
+
+This module does not import the extension nor decide whether it is used: `decoder_choice.py`
+does both and passes the extension in.
 
 Opcodes (args not listed are 0 / None):
 - "i8" "u8" "i16" "u16" "i24" "u24" "i32" "u32" "i64" "u64": little-endian integers;
@@ -18,36 +21,25 @@ Opcodes (args not listed are 0 / None):
 - "enum": arg1 = 1 | 2 bytes, obj = member names or None;
 - "set": arg1 = 0-8 bytes, obj = member names or None; "bit": arg1 = 0-8 bytes;
 - "null": column type NULL; "call": obj = ``decoder(body, pos) -> (value, pos)``.
-
-The accelerator is used when the extension imports and it is enabled: the environment
-variable REPLICAD_PURE_PYTHON=1 disables it at start-up, `set_enabled()` switches it at run
-time (tests). Row decoders are cached per layout *and* per `active()` value (rows.py).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from replicad.binlog.column_decoders import check_routines, make_decoder, routine_of
 from replicad.binlog.values import (
     ColumnSpec,
     ColumnType,
     decimal_groups,
     fraction_reader,
-    make_decoder,
     real_type_and_length,
 )
 
 if TYPE_CHECKING:
     from replicad.binlog.codegen import CompiledColumn, ImageDecoder
-
-try:
-    from replicad.binlog import _speedups
-except ImportError:  # not compiled (no compiler at install time): pure Python only
-    _speedups = None
-
-_enabled = os.environ.get("REPLICAD_PURE_PYTHON", "").strip() in ("", "0")
 
 PlanEntry = tuple[str, int, int, int, Any, tuple[tuple[int, int], ...]]
 
@@ -63,33 +55,6 @@ _INT_OPS = {
     (ColumnType.LONGLONG, False): "i64",
     (ColumnType.LONGLONG, True): "u64",
 }
-_BLOBS = (ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB, ColumnType.LONG_BLOB)
-
-
-def available() -> bool:
-    """Whether the compiled extension could be imported."""
-    return _speedups is not None
-
-
-def enabled() -> bool:
-    return _enabled
-
-
-def set_enabled(value: bool) -> None:
-    """Use (True) or bypass (False) the compiled decoder for decoders built from now on."""
-    global _enabled
-    _enabled = bool(value)
-
-
-def active() -> bool:
-    """Whether newly built row decoders are the compiled ones."""
-    return _enabled and _speedups is not None
-
-
-def is_compiled(decode: Callable[..., Any]) -> bool:
-    """Whether a row-image decoder is the compiled one."""
-    owner = getattr(decode, "__self__", None)
-    return _speedups is not None and isinstance(owner, _speedups.ImageDecoder)
 
 
 def _decimal_width(groups: tuple[tuple[int, int], ...]) -> int:
@@ -121,77 +86,127 @@ def _call(spec: ColumnSpec, mariadb: bool) -> PlanEntry:
     return ("call", 0, 0, 0, make_decoder(spec, mariadb=mariadb), ())
 
 
-def _string(spec: ColumnSpec, prefix: int, mariadb: bool, pad: int | None = None) -> PlanEntry:
+def _string(spec: ColumnSpec, prefix: int, pad: int | None = None) -> PlanEntry | None:
     if pad is not None:
         return ("str", prefix, "padded", pad, None, ())  # type: ignore[return-value]
     mode = _text_mode(spec)
     if mode is None:
-        return _call(spec, mariadb)
+        return None
     return ("str", prefix, mode[0], 0, mode[1], ())  # type: ignore[return-value]
 
 
+# Every routine returns the plan entry of one column, or None for a column it has no opcode
+# for (the plan then calls the column's pure decoder).
+PlanRoutine = Callable[[ColumnSpec], PlanEntry | None]
+
+
+def _plan_integer(spec: ColumnSpec) -> PlanEntry | None:
+    return (_INT_OPS[(spec.type_code, bool(spec.unsigned))], 0, 0, 0, None, ())
+
+
+def _plan_double(spec: ColumnSpec) -> PlanEntry | None:
+    return ("double", 0, 0, 0, None, ())
+
+
+def _plan_float(spec: ColumnSpec) -> PlanEntry | None:
+    return ("float", 0, 0, 0, None, ())
+
+
+def _plan_year(spec: ColumnSpec) -> PlanEntry | None:
+    return ("year", 0, 0, 0, None, ())
+
+
+def _plan_null(spec: ColumnSpec) -> PlanEntry | None:
+    return ("null", 0, 0, 0, None, ())
+
+
+def _plan_decimal(spec: ColumnSpec) -> PlanEntry | None:
+    precision, scale = spec.meta & 0xFF, spec.meta >> 8
+    if not (0 < precision <= 65 and scale <= 30 and scale <= precision):
+        return None  # beyond MySQL's limits: the pure decoder defines what happens
+    groups = decimal_groups(precision, scale)
+    width = _decimal_width(groups)
+    return ("decimal", sum(b for b, _ in groups), scale, width, None, groups)
+
+
+def _plan_varchar(spec: ColumnSpec) -> PlanEntry | None:
+    return _string(spec, 1 if spec.meta < 256 else 2)
+
+
+def _plan_string(spec: ColumnSpec) -> PlanEntry | None:
+    """CHAR/BINARY, ENUM and SET (MySQL logs all three as STRING)."""
+    real, length = real_type_and_length(spec.type_code, spec.meta)
+    if real == ColumnType.ENUM:
+        if length in (1, 2):
+            names = None if spec.enum_values is None else tuple(spec.enum_values)
+            return ("enum", length, 0, 0, names, ())
+        return None
+    if real == ColumnType.SET:
+        if 0 <= length <= 8:
+            names = None if spec.set_values is None else tuple(spec.set_values)
+            return ("set", length, 0, 0, names, ())
+        return None
+    prefix = 1 if length < 256 else 2
+    if spec.charset_known and spec.codec is None:
+        return _string(spec, prefix, pad=length)
+    return _string(spec, prefix)
+
+
+def _plan_blob(spec: ColumnSpec) -> PlanEntry | None:
+    return _string(spec, spec.meta) if spec.meta in (1, 2, 3, 4) else None
+
+
+def _plan_date(spec: ColumnSpec) -> PlanEntry | None:
+    return ("date", 0, 0, 0, None, ())
+
+
+def _plan_datetime2(spec: ColumnSpec) -> PlanEntry | None:
+    frac_len, scale = fraction_reader(spec.meta)
+    return ("datetime2", frac_len, scale, spec.meta, None, ())
+
+
+def _plan_timestamp2(spec: ColumnSpec) -> PlanEntry | None:
+    frac_len, scale = fraction_reader(spec.meta)
+    zero = "0000-00-00 00:00:00" + ("." + "0" * spec.meta if spec.meta else "")
+    return ("timestamp2", frac_len, scale, spec.meta, zero, ())
+
+
+def _plan_time2(spec: ColumnSpec) -> PlanEntry | None:
+    frac_len, scale = fraction_reader(spec.meta)
+    return ("time2", frac_len, scale, spec.meta, None, ())
+
+
+def _plan_bit(spec: ColumnSpec) -> PlanEntry | None:
+    nbytes = (spec.meta >> 8) + (1 if spec.meta & 0xFF else 0)
+    return ("bit", nbytes, 0, 0, None, ()) if nbytes <= 8 else None
+
+
+# The routines by the names the table of column decoders gives them.
+_ROUTINES: dict[str, PlanRoutine] = {
+    "integer": _plan_integer,
+    "double": _plan_double,
+    "float": _plan_float,
+    "year": _plan_year,
+    "null": _plan_null,
+    "decimal": _plan_decimal,
+    "varchar": _plan_varchar,
+    "string": _plan_string,
+    "blob": _plan_blob,
+    "date": _plan_date,
+    "datetime2": _plan_datetime2,
+    "timestamp2": _plan_timestamp2,
+    "time2": _plan_time2,
+    "bit": _plan_bit,
+}
+check_routines("compiled", _ROUTINES)
+
+
 def plan_entry(spec: ColumnSpec, *, mariadb: bool) -> PlanEntry:
-    """The plan entry of one column (the same type dispatch as codegen / values)."""
-    t, meta = spec.type_code, spec.meta
-    if (t, bool(spec.unsigned)) in _INT_OPS:
-        return (_INT_OPS[(t, bool(spec.unsigned))], 0, 0, 0, None, ())
-    if t == ColumnType.DOUBLE:
-        return ("double", 0, 0, 0, None, ())
-    if t == ColumnType.FLOAT:
-        return ("float", 0, 0, 0, None, ())
-    if t == ColumnType.YEAR:
-        return ("year", 0, 0, 0, None, ())
-    if t == ColumnType.NULL:
-        return ("null", 0, 0, 0, None, ())
-    if t == ColumnType.NEWDECIMAL:
-        precision, scale = meta & 0xFF, meta >> 8
-        if 0 < precision <= 65 and scale <= 30 and scale <= precision:
-            groups = decimal_groups(precision, scale)
-            width = _decimal_width(groups)
-            return ("decimal", sum(b for b, _ in groups), scale, width, None, groups)
-        return _call(spec, mariadb)
-    if t in (ColumnType.VARCHAR, ColumnType.VAR_STRING):
-        return _string(spec, 1 if meta < 256 else 2, mariadb)
-    if t in (ColumnType.STRING, ColumnType.ENUM, ColumnType.SET):
-        real, length = real_type_and_length(t, meta)
-        if real == ColumnType.ENUM:
-            if length in (1, 2):
-                names = None if spec.enum_values is None else tuple(spec.enum_values)
-                return ("enum", length, 0, 0, names, ())
-            return _call(spec, mariadb)
-        if real == ColumnType.SET:
-            if 0 <= length <= 8:
-                names = None if spec.set_values is None else tuple(spec.set_values)
-                return ("set", length, 0, 0, names, ())
-            return _call(spec, mariadb)
-        prefix = 1 if length < 256 else 2
-        if spec.charset_known and spec.codec is None:
-            return _string(spec, prefix, mariadb, pad=length)
-        return _string(spec, prefix, mariadb)
-    if t in _BLOBS:
-        if meta in (1, 2, 3, 4):
-            return _string(spec, meta, mariadb)
-        return _call(spec, mariadb)
-    if t in (ColumnType.DATE, ColumnType.NEWDATE):
-        return ("date", 0, 0, 0, None, ())
-    if t == ColumnType.DATETIME2:
-        frac_len, scale = fraction_reader(meta)
-        return ("datetime2", frac_len, scale, meta, None, ())
-    if t == ColumnType.TIMESTAMP2:
-        frac_len, scale = fraction_reader(meta)
-        zero = "0000-00-00 00:00:00" + ("." + "0" * meta if meta else "")
-        return ("timestamp2", frac_len, scale, meta, zero, ())
-    if t == ColumnType.TIME2:
-        frac_len, scale = fraction_reader(meta)
-        return ("time2", frac_len, scale, meta, None, ())
-    if t == ColumnType.BIT:
-        nbytes = (meta >> 8) + (1 if meta & 0xFF else 0)
-        if nbytes <= 8:
-            return ("bit", nbytes, 0, 0, None, ())
-        return _call(spec, mariadb)
-    # DATETIME / TIMESTAMP / TIME (old formats), GEOMETRY, JSON, VECTOR, unknown types
-    # (make_decoder raises UnsupportedError for those, as the generated code does).
-    return _call(spec, mariadb)
+    """The plan entry of one column: its native opcode, or a call of its pure decoder (which
+    raises UnsupportedError for types that have none, as the generated code does)."""
+    routine = routine_of(spec, "compiled")
+    entry = _ROUTINES[routine](spec) if routine is not None else None
+    return entry if entry is not None else _call(spec, mariadb)
 
 
 def build_plan(columns: Sequence[CompiledColumn], *, mariadb: bool) -> list[PlanEntry]:
@@ -199,22 +214,14 @@ def build_plan(columns: Sequence[CompiledColumn], *, mariadb: bool) -> list[Plan
 
 
 def build_decoder(
+    extension: ModuleType,
     columns: Sequence[CompiledColumn],
     *,
     mariadb: bool,
-    pure: Callable[[], ImageDecoder] | None = None,
-) -> ImageDecoder | None:
-    """The compiled ``decode(body, pos) -> (row, next_pos)`` of a layout, or None when the
-    extension is not available. `pure` builds the pure-Python decoder, used for bodies that
-    are not `bytes` (defaults to codegen's)."""
-    if _speedups is None:
-        return None
-    if pure is None:
-
-        def pure() -> ImageDecoder:
-            from replicad.binlog.codegen import compile_python_decoder
-
-            return compile_python_decoder(columns, mariadb=mariadb)
-
+    pure: Callable[[], ImageDecoder],
+) -> ImageDecoder:
+    """The compiled ``decode(body, pos) -> (row, next_pos)`` of a layout, made by `extension`
+    (replicad.binlog._speedups). `pure` builds the generated decoder, used for bodies that are
+    not `bytes`."""
     plan = build_plan(columns, mariadb=mariadb)
-    return _speedups.ImageDecoder([c.name for c in columns], plan, pure).decode
+    return extension.ImageDecoder([c.name for c in columns], plan, pure).decode

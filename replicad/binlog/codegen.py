@@ -3,9 +3,13 @@
 Decoding rows is the hot path of the whole daemon. Calling one small function per column
 costs more than the decoding itself, so for each table layout we generate one straight-line
 Python function (as namedtuple and dataclasses do) in which the common types are inlined and
-the rest call the per-type decoders of `values.py`. The generated function has the signature
-``decode(body, pos) -> (row_dict, next_pos)``; it never reads past a value it cannot bound,
-and the caller checks that `next_pos` stays inside the event.
+the rest call the pure per-type decoders. Which types are inlined, and by which routine of
+`_ROUTINES`, is decided by the table in `column_decoders.py`. The generated function has the
+signature ``decode(body, pos) -> (row_dict, next_pos)``; it never reads past a value it cannot
+bound, and the caller checks that `next_pos` stays inside the event.
+
+This module only generates; whether the generated or the compiled decoder is used is decided
+in `decoder_choice.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
 
-from replicad.binlog import accel
+from replicad.binlog.column_decoders import check_routines, make_decoder, routine_of
 from replicad.binlog.values import (
     ColumnSpec,
     ColumnType,
@@ -25,7 +29,6 @@ from replicad.binlog.values import (
     format_date,
     format_datetime,
     fraction_reader,
-    make_decoder,
     real_type_and_length,
 )
 
@@ -128,97 +131,126 @@ def _emit_seconds_and_fraction(
     src.emit(indent, f"pos += {end}")
 
 
+# Every routine emits code that sets `var` and advances `pos` for one non-NULL value, and
+# returns True; or emits nothing and returns False for a column it does not inline (the
+# generated code then calls the column's pure decoder).
+Emitter = Callable[["_Source", int, str, ColumnSpec], bool]
+
+
+def _emit_integer(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    signed, unsigned, size = _INT_FORMATS[spec.type_code]
+    unpack = src.bind(struct.Struct("<" + (unsigned if spec.unsigned else signed)).unpack_from)
+    src.emit(indent, f"{var} = {unpack}(body, pos)[0]")
+    src.emit(indent, f"pos += {size}")
+    return True
+
+
+def _emit_int24(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    src.emit(
+        indent, f"{var} = _from_bytes(body[pos:pos + 3], 'little', signed={not spec.unsigned})"
+    )
+    src.emit(indent, "pos += 3")
+    return True
+
+
+def _emit_double(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    src.emit(indent, f"{var} = _unpack_d(body, pos)[0]")
+    src.emit(indent, "pos += 8")
+    return True
+
+
+def _emit_newdecimal(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    precision, scale = spec.meta & 0xFF, spec.meta >> 8
+    if not (0 < precision <= 65 and scale <= 30 and scale <= precision):
+        return False  # beyond MySQL's limits: the pure decoder defines what happens
+    _emit_decimal(src, indent, var, precision, scale)
+    return True
+
+
+def _emit_varchar(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    if not (spec.codec in ("utf-8", None) or not spec.charset_known):
+        return False  # other character sets: the pure decoder's codec
+    _emit_text(src, indent, var, spec, 2 if spec.meta >= 256 else 1)
+    return True
+
+
+def _emit_string(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    real, length = real_type_and_length(spec.type_code, spec.meta)
+    if real != ColumnType.ENUM or length != 1 or spec.enum_values is None:
+        return False  # only the common 1-byte ENUM with known members is inlined
+    members = src.bind(("", *spec.enum_values), "enum")
+    src.emit(indent, "try:")
+    src.emit(indent + 1, f"{var} = {members}[body[pos]]")
+    src.emit(indent, "except IndexError:")
+    src.emit(indent + 1, f"{var} = body[pos]")
+    src.emit(indent, "pos += 1")
+    return True
+
+
+def _emit_blob(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    if spec.codec not in ("utf-8", None) or spec.meta not in (1, 2, 3, 4):
+        return False
+    _emit_text(src, indent, var, spec, spec.meta)
+    return True
+
+
+def _emit_datetime2(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    _emit_seconds_and_fraction(src, indent, 5, spec.meta, " - 0x8000000000")
+    src.emit(indent, "ymd = x >> 17; ym = ymd >> 5; hms = x & 0x1FFFF")
+    args = "ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us"
+    src.emit(indent, "try:")
+    src.emit(indent + 1, f"{var} = _datetime({args})")
+    src.emit(indent, "except ValueError:")
+    src.emit(indent + 1, f"{var} = _format_datetime({args}, {spec.meta})")
+    return True
+
+
+def _emit_timestamp2(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    _emit_seconds_and_fraction(src, indent, 4, spec.meta)
+    zero = "0000-00-00 00:00:00" + ("." + "0" * spec.meta if spec.meta else "")
+    src.emit(indent, "if x or us:")
+    src.emit(indent + 1, f"{var} = _fromtimestamp(x, _UTC)")
+    src.emit(indent + 1, "if us:")
+    src.emit(indent + 2, f"{var} = {var}.replace(microsecond=us)")
+    src.emit(indent, "else:")
+    src.emit(indent + 1, f"{var} = {zero!r}")
+    return True
+
+
+def _emit_date(src: _Source, indent: int, var: str, spec: ColumnSpec) -> bool:
+    src.emit(indent, "x = body[pos] | body[pos + 1] << 8 | body[pos + 2] << 16")
+    src.emit(indent, "pos += 3")
+    src.emit(indent, "try:")
+    src.emit(indent + 1, f"{var} = _date(x >> 9, (x >> 5) & 15, x & 31)")
+    src.emit(indent, "except ValueError:")
+    src.emit(indent + 1, f"{var} = _format_date(x >> 9, (x >> 5) & 15, x & 31)")
+    return True
+
+
+# The routines by the names the table of column decoders gives them.
+_ROUTINES: dict[str, Emitter] = {
+    "integer": _emit_integer,
+    "int24": _emit_int24,
+    "double": _emit_double,
+    "decimal": _emit_newdecimal,
+    "varchar": _emit_varchar,
+    "string": _emit_string,
+    "blob": _emit_blob,
+    "datetime2": _emit_datetime2,
+    "timestamp2": _emit_timestamp2,
+    "date": _emit_date,
+}
+check_routines("generated", _ROUTINES)
+
+
 def _emit_value(src: _Source, indent: int, var: str, column: CompiledColumn, mariadb: bool):
     """Emit code that sets `var` and advances `pos` for one non-NULL value."""
     spec = column.spec
-    t = spec.type_code
-    emit = src.emit
-    if t in _INT_FORMATS:
-        signed, unsigned, size = _INT_FORMATS[t]
-        unpack = src.bind(struct.Struct("<" + (unsigned if spec.unsigned else signed)).unpack_from)
-        emit(indent, f"{var} = {unpack}(body, pos)[0]")
-        emit(indent, f"pos += {size}")
-        return
-    if t == ColumnType.INT24:
-        emit(
-            indent,
-            f"{var} = _from_bytes(body[pos:pos + 3], 'little', signed={not spec.unsigned})",
-        )
-        emit(indent, "pos += 3")
-        return
-    if t == ColumnType.DOUBLE:
-        emit(indent, f"{var} = _unpack_d(body, pos)[0]")
-        emit(indent, "pos += 8")
-        return
-    if t == ColumnType.NEWDECIMAL:
-        precision, scale = spec.meta & 0xFF, spec.meta >> 8
-        if 0 < precision <= 65 and scale <= 30 and scale <= precision:
-            _emit_decimal(src, indent, var, precision, scale)
-            return
-    if t in (ColumnType.VARCHAR, ColumnType.VAR_STRING) and (
-        spec.codec in ("utf-8", None) or not spec.charset_known
-    ):
-        _emit_text(src, indent, var, spec, 2 if spec.meta >= 256 else 1)
-        return
-    if t == ColumnType.STRING:
-        real, length = real_type_and_length(t, spec.meta)
-        if real == ColumnType.ENUM and length == 1 and spec.enum_values is not None:
-            members = src.bind(("", *spec.enum_values), "enum")
-            emit(indent, "try:")
-            emit(indent + 1, f"{var} = {members}[body[pos]]")
-            emit(indent, "except IndexError:")
-            emit(indent + 1, f"{var} = body[pos]")
-            emit(indent, "pos += 1")
-            return
-    if t == ColumnType.BLOB and spec.codec in ("utf-8", None) and spec.meta in (1, 2, 3, 4):
-        _emit_text(src, indent, var, spec, spec.meta)
-        return
-    if t == ColumnType.DATETIME2:
-        _emit_seconds_and_fraction(src, indent, 5, spec.meta, " - 0x8000000000")
-        emit(indent, "ymd = x >> 17; ym = ymd >> 5; hms = x & 0x1FFFF")
-        args = "ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us"
-        emit(indent, "try:")
-        emit(indent + 1, f"{var} = _datetime({args})")
-        emit(indent, "except ValueError:")
-        emit(indent + 1, f"{var} = _format_datetime({args}, {spec.meta})")
-        return
-    if t == ColumnType.TIMESTAMP2:
-        _emit_seconds_and_fraction(src, indent, 4, spec.meta)
-        zero = "0000-00-00 00:00:00" + ("." + "0" * spec.meta if spec.meta else "")
-        emit(indent, "if x or us:")
-        emit(indent + 1, f"{var} = _fromtimestamp(x, _UTC)")
-        emit(indent + 1, "if us:")
-        emit(indent + 2, f"{var} = {var}.replace(microsecond=us)")
-        emit(indent, "else:")
-        emit(indent + 1, f"{var} = {zero!r}")
-        return
-    if t in (ColumnType.DATE, ColumnType.NEWDATE):
-        emit(indent, "x = body[pos] | body[pos + 1] << 8 | body[pos + 2] << 16")
-        emit(indent, "pos += 3")
-        emit(indent, "try:")
-        emit(indent + 1, f"{var} = _date(x >> 9, (x >> 5) & 15, x & 31)")
-        emit(indent, "except ValueError:")
-        emit(indent + 1, f"{var} = _format_date(x >> 9, (x >> 5) & 15, x & 31)")
+    routine = routine_of(spec, "generated")
+    if routine is not None and _ROUTINES[routine](src, indent, var, spec):
         return
     decoder = src.bind(make_decoder(spec, mariadb=mariadb), "dec")
-    emit(indent, f"{var}, pos = {decoder}(body, pos)")
-
-
-def compile_image_decoder(
-    columns: Sequence[CompiledColumn], *, mariadb: bool, accelerated: bool | None = None
-) -> ImageDecoder:
-    """The row-image decoder of a layout: the compiled one of `accel` when it is available and
-    enabled (or `accelerated` is True), else the generated Python function. Both return
-    identical rows."""
-    if accelerated is None:
-        accelerated = accel.active()
-    if accelerated:
-        decode = accel.build_decoder(
-            columns, mariadb=mariadb, pure=lambda: compile_python_decoder(columns, mariadb=mariadb)
-        )
-        if decode is not None:
-            return decode
-    return compile_python_decoder(columns, mariadb=mariadb)
+    src.emit(indent, f"{var}, pos = {decoder}(body, pos)")
 
 
 def compile_python_decoder(columns: Sequence[CompiledColumn], *, mariadb: bool) -> ImageDecoder:

@@ -12,21 +12,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from replicad.binlog import accel, jsonb
+from replicad.binlog import decoder_choice, jsonb
 from replicad.binlog._bytes import msb_first_bits, need, read_lenenc
 from replicad.binlog.charsets import BINARY_COLLATION, codec_of, decode_text
-from replicad.binlog.codegen import CompiledColumn, ImageDecoder, compile_image_decoder
+from replicad.binlog.codegen import CompiledColumn, ImageDecoder
+from replicad.binlog.column_decoders import make_decoder, read_metadata
 from replicad.binlog.events import Event, EventType
 from replicad.binlog.payload import decompress_mariadb
 from replicad.binlog.values import (
     CHARACTER_TYPES,
-    METADATA_LENGTH,
     NUMERIC_TYPES,
     TYPE_NAMES,
     ColumnSpec,
     ColumnType,
     Decoder,
-    make_decoder,
     real_type_and_length,
 )
 from replicad.errors import BinlogError, JsonDecodeError, MalformedEventError
@@ -127,7 +126,7 @@ class TableMapEvent(Event):
 
     def image_decoder(self, present: int) -> RowImageDecoder:
         # Decoders built with and without the compiled accelerator are never mixed up.
-        accelerated = accel.active()
+        accelerated = decoder_choice.active()
         decoder = self._decoders.get((present, accelerated))
         if decoder is None:
             # Every transaction repeats its TABLE_MAPs: share compiled decoders between
@@ -216,7 +215,9 @@ class TableMapEvent(Event):
             for column in self.columns
             if present >> column.index & 1
         )
-        decode = compile_image_decoder(specs, mariadb=self.mariadb, accelerated=accelerated)
+        decode = decoder_choice.build_image_decoder(
+            specs, mariadb=self.mariadb, compiled=accelerated
+        )
         return RowImageDecoder(specs, decode, (len(specs) + 7) // 8, self.mariadb)
 
 
@@ -240,28 +241,6 @@ def _spec(column: Column, table: TableMapEvent) -> ColumnSpec:
         enum_values=column.enum_values,
         set_values=column.set_values,
     )
-
-
-def _read_metadata(types: bytes, buf: bytes, pos: int, end: int) -> list[int]:
-    metas = []
-    for t in types:
-        n = METADATA_LENGTH.get(t, 0)
-        if n == 1:
-            metas.append(buf[pos])
-        elif n == 2:
-            if t in (ColumnType.STRING, ColumnType.ENUM, ColumnType.SET):
-                metas.append(buf[pos] << 8 | buf[pos + 1])  # big-endian: real type first
-            else:
-                metas.append(buf[pos] | buf[pos + 1] << 8)
-        else:
-            metas.append(0)
-        pos += n
-    if pos != end:
-        raise MalformedEventError(
-            f"column metadata is {end - pos:+d} bytes off the declared length "
-            f"(unknown column type among {sorted(set(types))}?)"
-        )
-    return metas
 
 
 def _strings(buf: bytes, pos: int, end: int) -> list[bytes]:
@@ -308,7 +287,7 @@ def parse_table_map(header, body: bytes, table_id_size: int, mariadb: bool) -> T
     pos += ncols
     meta_len, pos = read_lenenc(body, pos)
     need(body, pos, meta_len, "column metadata")
-    metas = _read_metadata(types, body, pos, pos + meta_len)
+    metas = read_metadata(types, body, pos, pos + meta_len)
     pos += meta_len
     null_len = (ncols + 7) // 8
     need(body, pos, null_len, "null bitmap")

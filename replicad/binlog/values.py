@@ -1,7 +1,9 @@
-"""One decoder per column type: ``decoder(buf, pos) -> (value, next_pos)``.
+"""The pure-Python value decoders: ``decoder(buf, pos) -> (value, next_pos)``.
 
-Decoders are built once per TABLE_MAP column (`make_decoder`) so that the per-row work is a
-single call with everything else (sizes, signedness, codecs, enum names) already bound.
+Each ``<kind>_decoder(spec, mariadb)`` builds the decoder of one column once per TABLE_MAP
+column, so that the per-row work is a single call with everything else (sizes, signedness,
+codecs, enum names) already bound. Which factory serves which column type is decided by the
+table in `column_decoders.py` (its `make_decoder`), not here.
 
 Python values returned:
 - integer types, YEAR, BIT: ``int`` (YEAR 0 stays 0);
@@ -28,7 +30,6 @@ from dataclasses import dataclass
 
 from replicad.binlog import jsonb
 from replicad.binlog.charsets import decode_text
-from replicad.errors import UnsupportedError
 
 Decoder = Callable[[bytes, int], tuple[object, int]]
 
@@ -72,29 +73,6 @@ class ColumnType:
 
 
 TYPE_NAMES = {v: k for k, v in vars(ColumnType).items() if not k.startswith("_")}
-
-# Metadata bytes each type carries in TABLE_MAP (types absent here carry none).
-METADATA_LENGTH = {
-    ColumnType.FLOAT: 1,
-    ColumnType.DOUBLE: 1,
-    ColumnType.BLOB: 1,
-    ColumnType.TINY_BLOB: 1,
-    ColumnType.MEDIUM_BLOB: 1,
-    ColumnType.LONG_BLOB: 1,
-    ColumnType.GEOMETRY: 1,
-    ColumnType.JSON: 1,
-    ColumnType.VECTOR: 1,
-    ColumnType.TIMESTAMP2: 1,
-    ColumnType.DATETIME2: 1,
-    ColumnType.TIME2: 1,
-    ColumnType.VARCHAR: 2,
-    ColumnType.VAR_STRING: 2,
-    ColumnType.BIT: 2,
-    ColumnType.NEWDECIMAL: 2,
-    ColumnType.STRING: 2,
-    ColumnType.ENUM: 2,
-    ColumnType.SET: 2,
-}
 
 NUMERIC_TYPES = frozenset(
     {
@@ -199,7 +177,8 @@ def make_time(negative: bool, hours: int, minutes: int, seconds: int, micros: in
 # --------------------------------------------------------------------------- decoders by type
 
 
-def _int_decoder(type_code: int, unsigned: bool) -> Decoder:
+def integer_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    type_code, unsigned = spec.type_code, bool(spec.unsigned)
     if type_code == ColumnType.INT24:
 
         def int24(buf: bytes, pos: int) -> tuple[object, int]:
@@ -218,11 +197,20 @@ def _float(buf: bytes, pos: int) -> tuple[object, int]:
     return float32_shortest(_f32.unpack_from(buf, pos)[0]), pos + 4
 
 
+def float_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _float
+
+
 def _double(buf: bytes, pos: int) -> tuple[object, int]:
     return _f64(buf, pos)[0], pos + 8
 
 
-def _decimal_decoder(precision: int, scale: int) -> Decoder:
+def double_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _double
+
+
+def decimal_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    precision, scale = spec.meta & 0xFF, spec.meta >> 8
     size = decimal_size(precision, scale)
     decode = jsonb.decode_decimal_bin
 
@@ -258,9 +246,17 @@ def _year(buf: bytes, pos: int) -> tuple[object, int]:
     return (raw + 1900 if raw else 0), pos + 1
 
 
+def year_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _year
+
+
 def _date(buf: bytes, pos: int) -> tuple[object, int]:
     v = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
     return make_date(v >> 9, (v >> 5) & 15, v & 31), pos + 3
+
+
+def date_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _date
 
 
 def _datetime_v1(buf: bytes, pos: int) -> tuple[object, int]:
@@ -273,11 +269,19 @@ def _datetime_v1(buf: bytes, pos: int) -> tuple[object, int]:
     return make_datetime(year, month, day, hh, mm, ss, 0, 0), pos + 8
 
 
+def datetime_v1_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _datetime_v1
+
+
 def _timestamp_v1(buf: bytes, pos: int) -> tuple[object, int]:
     seconds = _u32(buf, pos)[0]
     if seconds == 0:
         return "0000-00-00 00:00:00", pos + 4
     return _EPOCH + dt.timedelta(seconds=seconds), pos + 4
+
+
+def timestamp_v1_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _timestamp_v1
 
 
 def _time_v1(buf: bytes, pos: int) -> tuple[object, int]:
@@ -288,7 +292,12 @@ def _time_v1(buf: bytes, pos: int) -> tuple[object, int]:
     return make_time(negative, hh, mm, ss, 0), pos + 3
 
 
-def _timestamp2_decoder(fsp: int) -> Decoder:
+def time_v1_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _time_v1
+
+
+def timestamp2_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    fsp = spec.meta
     frac_len, scale = fraction_reader(fsp)
     zero = "0000-00-00 00:00:00" + ("." + "0" * fsp if fsp else "")
 
@@ -302,7 +311,8 @@ def _timestamp2_decoder(fsp: int) -> Decoder:
     return timestamp2
 
 
-def _datetime2_decoder(fsp: int) -> Decoder:
+def datetime2_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    fsp = spec.meta
     frac_len, scale = fraction_reader(fsp)
 
     def datetime2(buf: bytes, pos: int) -> tuple[object, int]:
@@ -319,7 +329,8 @@ def _datetime2_decoder(fsp: int) -> Decoder:
     return datetime2
 
 
-def _time2_decoder(fsp: int) -> Decoder:
+def time2_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    fsp = spec.meta
     frac_len, scale = fraction_reader(fsp)
 
     def time2(buf: bytes, pos: int) -> tuple[object, int]:
@@ -346,7 +357,8 @@ def _time2_decoder(fsp: int) -> Decoder:
     return time2
 
 
-def _bit_decoder(meta: int) -> Decoder:
+def bit_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    meta = spec.meta
     nbytes = (meta >> 8) + (1 if meta & 0xFF else 0)
 
     def bit(buf: bytes, pos: int) -> tuple[object, int]:
@@ -445,6 +457,10 @@ def _null(buf: bytes, pos: int) -> tuple[object, int]:
     return None, pos
 
 
+def null_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _null
+
+
 @dataclass(slots=True)
 class ColumnSpec:
     """What a value decoder needs to know about one column."""
@@ -468,62 +484,46 @@ def real_type_and_length(type_code: int, meta: int) -> tuple[int, int]:
     return (byte0 or ColumnType.STRING), byte1
 
 
-def make_decoder(col: ColumnSpec, *, mariadb: bool) -> Decoder:
-    """Build the decoder for one column, or raise UnsupportedError for an unknown type."""
-    t, meta = col.type_code, col.meta
-    if t in (ColumnType.TINY, ColumnType.SHORT, ColumnType.INT24, ColumnType.LONG):
-        return _int_decoder(t, col.unsigned)
-    if t == ColumnType.LONGLONG:
-        return _int_decoder(t, col.unsigned)
-    if t == ColumnType.FLOAT:
-        return _float
-    if t == ColumnType.DOUBLE:
-        return _double
-    if t == ColumnType.NEWDECIMAL:
-        return _decimal_decoder(meta & 0xFF, meta >> 8)  # precision, scale
-    if t == ColumnType.YEAR:
-        return _year
-    if t in (ColumnType.DATE, ColumnType.NEWDATE):
-        return _date
-    if t == ColumnType.DATETIME:
-        return _datetime_v1
-    if t == ColumnType.TIMESTAMP:
-        return _timestamp_v1
-    if t == ColumnType.TIME:
-        return _time_v1
-    if t == ColumnType.TIMESTAMP2:
-        return _timestamp2_decoder(meta)
-    if t == ColumnType.DATETIME2:
-        return _datetime2_decoder(meta)
-    if t == ColumnType.TIME2:
-        return _time2_decoder(meta)
-    if t == ColumnType.BIT:
-        return _bit_decoder(meta)
-    if t == ColumnType.NULL:
-        return _null
-    text = _text_transform(col.codec) if col.charset_known else _guess_text
-    if t in (ColumnType.VARCHAR, ColumnType.VAR_STRING):
-        return _length_prefixed(1 if meta < 256 else 2, text)
-    if t in (ColumnType.STRING, ColumnType.ENUM, ColumnType.SET):
-        real, length = real_type_and_length(t, meta)
-        if real == ColumnType.ENUM:
-            return _enum_decoder(length, col.enum_values)
-        if real == ColumnType.SET:
-            return _set_decoder(length, col.set_values)
-        if col.charset_known and col.codec is None:
-            text = _padded(None, length)
-        return _length_prefixed(1 if length < 256 else 2, text)
-    if t in (ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB, ColumnType.LONG_BLOB):
-        return _length_prefixed(meta, text)
-    if t == ColumnType.GEOMETRY:
-        return _geometry(meta)
-    if t == ColumnType.JSON:
-        if mariadb:  # MariaDB's JSON is text; it never writes type 245, but be safe
-            return _length_prefixed(meta, _guess_text)
-        return _length_prefixed(meta, _json_transform)
-    if t == ColumnType.VECTOR:
-        return _vector(meta)
-    raise UnsupportedError(f"column type {TYPE_NAMES.get(t, t)} cannot be decoded", type_code=t)
+def _text_of(spec: ColumnSpec) -> Callable[[bytes], object] | None:
+    """How a character column's bytes become its value: its character set when TABLE_MAP
+    named one (None: a binary collation, bytes as stored), else a guess (UTF-8 or bytes)."""
+    return _text_transform(spec.codec) if spec.charset_known else _guess_text
+
+
+def varchar_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _length_prefixed(1 if spec.meta < 256 else 2, _text_of(spec))
+
+
+def string_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    """CHAR/BINARY, and ENUM and SET, which MySQL logs as STRING with the real type in the
+    metadata (MariaDB may log their own type codes)."""
+    real, length = real_type_and_length(spec.type_code, spec.meta)
+    if real == ColumnType.ENUM:
+        return _enum_decoder(length, spec.enum_values)
+    if real == ColumnType.SET:
+        return _set_decoder(length, spec.set_values)
+    text = _text_of(spec)
+    if spec.charset_known and spec.codec is None:
+        text = _padded(None, length)
+    return _length_prefixed(1 if length < 256 else 2, text)
+
+
+def blob_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _length_prefixed(spec.meta, _text_of(spec))
+
+
+def geometry_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _geometry(spec.meta)
+
+
+def json_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    if mariadb:  # MariaDB's JSON is text; it never writes type 245, but be safe
+        return _length_prefixed(spec.meta, _guess_text)
+    return _length_prefixed(spec.meta, _json_transform)
+
+
+def vector_decoder(spec: ColumnSpec, mariadb: bool) -> Decoder:
+    return _vector(spec.meta)
 
 
 def _json_transform(data: bytes) -> object:

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replicad.binlog import accel, rows
+from replicad.binlog import decoder_choice, rows
 from replicad.binlog.values import Geometry
 from tests.binlog_helpers import binlog_position, changes_since
 
@@ -38,16 +38,16 @@ def row_decoder(request: pytest.FixtureRequest) -> Any:
     """Run every test with the compiled row decoder (replicad.binlog._speedups) and with the
     generated pure-Python one; decoders are cached per implementation, never shared."""
     compiled = request.param == "compiled"
-    if compiled and not accel.available():
+    if compiled and not decoder_choice.available():
         pytest.skip("replicad.binlog._speedups is not built")
-    previous = accel.enabled()
-    accel.set_enabled(compiled)
+    previous = decoder_choice.enabled()
+    decoder_choice.set_enabled(compiled)
     try:
         yield request.param
     finally:
-        accel.set_enabled(previous)
+        decoder_choice.set_enabled(previous)
     for key, decoder in rows._SHARED_DECODERS.items():
-        kind = accel.is_compiled(decoder.decode)
+        kind = decoder_choice.is_compiled(decoder.decode)
         assert kind == key[-1], f"decoder cached as compiled={key[-1]} is compiled={kind}"
 
 

@@ -1,4 +1,5 @@
-"""The compiled row decoder (`_speedups` via `accel`) against the generated Python decoder.
+"""The compiled row decoder (`_speedups` via `accel`) against the generated Python decoder,
+and the switch between them (`decoder_choice`).
 
 Row images are built by a small encoder written here from the documented binlog layouts
 (values well-formed, plus raw bytes for the fixed-size types so that invalid dates, huge
@@ -24,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replicad.binlog import accel, codegen
+from replicad.binlog import accel, decoder_choice
 from replicad.binlog.codegen import CompiledColumn, compile_python_decoder
 from replicad.binlog.values import ColumnSpec, ColumnType, Geometry
 from replicad.errors import BinlogError
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(
-    not accel.available(), reason="replicad.binlog._speedups is not built"
+    not decoder_choice.available(), reason="replicad.binlog._speedups is not built"
 )
 T = ColumnType
 DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
@@ -418,7 +419,7 @@ def row_images(draw, max_columns: int = 24):
 
 def _decoders(columns, mariadb):
     pure = compile_python_decoder(columns, mariadb=mariadb)
-    fast = accel.build_decoder(columns, mariadb=mariadb)
+    fast = decoder_choice.build_compiled_decoder(columns, mariadb=mariadb)
     assert fast is not None
     return pure, fast
 
@@ -671,14 +672,14 @@ def test_non_bytes_bodies_use_the_python_decoder() -> None:
 
 def test_disabled_or_missing_extension_uses_python(monkeypatch) -> None:
     columns = [CompiledColumn("v", ColumnSpec(T.LONG, 0))]
-    monkeypatch.setattr(accel, "_enabled", False)
-    decode = codegen.compile_image_decoder(columns, mariadb=True)
+    monkeypatch.setattr(decoder_choice, "_enabled", False)
+    decode = decoder_choice.build_image_decoder(columns, mariadb=True)
     assert decode.__name__ == "decode" and decode.__code__.co_filename == "<replicad row decoder>"
-    monkeypatch.setattr(accel, "_enabled", True)
-    monkeypatch.setattr(accel, "_speedups", None)
-    assert not accel.active()
-    assert accel.build_decoder(columns, mariadb=True) is None
-    decode = codegen.compile_image_decoder(columns, mariadb=True)
+    monkeypatch.setattr(decoder_choice, "_enabled", True)
+    monkeypatch.setattr(decoder_choice, "_speedups", None)
+    assert not decoder_choice.active()
+    assert decoder_choice.build_compiled_decoder(columns, mariadb=True) is None
+    decode = decoder_choice.build_image_decoder(columns, mariadb=True)
     assert decode.__code__.co_filename == "<replicad row decoder>"
     assert decode(b"\x00\x01\x00\x00\x00", 0) == ({"v": 1}, 5)
 
@@ -687,7 +688,7 @@ def test_disabled_or_missing_extension_uses_python(monkeypatch) -> None:
 def test_set_enabled_switches_and_caches_apart(monkeypatch) -> None:
     from replicad.binlog import rows
 
-    monkeypatch.setattr(accel, "_enabled", accel.enabled())
+    monkeypatch.setattr(decoder_choice, "_enabled", decoder_choice.enabled())
     table = rows.TableMapEvent(
         None,
         column_types=bytes([T.LONG]),
@@ -695,12 +696,12 @@ def test_set_enabled_switches_and_caches_apart(monkeypatch) -> None:
         columns=[rows.Column(0, "v", T.LONG, 0, True)],
         layout_key=b"test_accel layout",
     )
-    accel.set_enabled(True)
+    decoder_choice.set_enabled(True)
     fast = table.image_decoder(1)
-    accel.set_enabled(False)
+    decoder_choice.set_enabled(False)
     pure = table.image_decoder(1)
     assert fast is not pure
-    assert accel.is_compiled(fast.decode) and not accel.is_compiled(pure.decode)
+    assert decoder_choice.is_compiled(fast.decode) and not decoder_choice.is_compiled(pure.decode)
     assert pure.decode.__code__.co_filename == "<replicad row decoder>"
     other = rows.TableMapEvent(
         None,
@@ -710,13 +711,13 @@ def test_set_enabled_switches_and_caches_apart(monkeypatch) -> None:
         layout_key=b"test_accel layout",
     )
     assert other.image_decoder(1) is pure  # shared between maps of one layout, per mode
-    accel.set_enabled(True)
+    decoder_choice.set_enabled(True)
     assert other.image_decoder(1) is fast
     assert fast.decode(b"\x00\x07\x00\x00\x00", 0) == pure.decode(b"\x00\x07\x00\x00\x00", 0)
 
 
 def test_environment_variable_forces_python() -> None:
-    code = "from replicad.binlog import accel; print(accel.enabled(), accel.active())"
+    code = "from replicad.binlog import decoder_choice as c; print(c.enabled(), c.active())"
     env = {**os.environ, "REPLICAD_PURE_PYTHON": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
@@ -726,7 +727,7 @@ def test_environment_variable_forces_python() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == ["True", str(accel.available())]
+    assert out.stdout.split() == ["True", str(decoder_choice.available())]
 
 
 @pytest.mark.parametrize(
@@ -740,9 +741,9 @@ def test_unsupported_types_fail_at_build_time(spec) -> None:
     columns = [CompiledColumn("v", spec)]
     with pytest.raises(BinlogError):
         compile_python_decoder(columns, mariadb=True)
-    if accel.available():
+    if decoder_choice.available():
         with pytest.raises(BinlogError):
-            accel.build_decoder(columns, mariadb=True)
+            decoder_choice.build_compiled_decoder(columns, mariadb=True)
 
 
 @needs_extension
