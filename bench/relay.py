@@ -55,7 +55,7 @@ from replicad.errors import ReplicadError  # noqa: E402
 from replicad.relay import records, segment  # noqa: E402
 from replicad.relay.reader import RelayReader  # noqa: E402
 from replicad.relay.writer import RelayOptions, RelayWriter  # noqa: E402
-from tests.relay_helpers import fake_fde  # noqa: E402
+from tests.helpers.relay_helpers import fake_fde  # noqa: E402
 
 DATA_DIR = ROOT / "bench" / "data"
 DEFAULT_TXNS = 100_000

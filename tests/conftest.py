@@ -14,7 +14,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from tests.daemon_process import kill_leftovers
+from tests.helpers.daemon_process import kill_leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
 MARIADB_PORT = int(os.environ.get("REPLICAD_MARIADB_PORT", "3306"))

@@ -20,7 +20,7 @@ from replicad.binlog.files import iter_file_events, iter_raw_events
 from replicad.binlog.parser import BinlogParser
 from replicad.binlog.rows import RowsEvent
 from replicad.errors import ChecksumError, ReplicadError, TruncatedError
-from tests.binlog_helpers import binlog_position
+from tests.helpers.binlog_helpers import binlog_position
 
 pytestmark = pytest.mark.faults
 

@@ -21,7 +21,6 @@ import orjson
 import pytest
 
 from replicad.binlog.gtid import MariaGtidPosition
-from tests.daemon_process import wait_for
 from tests.faults.test_ha_failover import (
     SESSION_TIMEOUT_S,
     HaReplicad,
@@ -29,6 +28,9 @@ from tests.faults.test_ha_failover import (
     coordinate,
     fold_in_binlog_order,
 )
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.kafka_helpers import consume_all
+from tests.helpers.zk_helpers import ZkEnsemble, raw_client
 from tests.integration.test_kafka_sink import (
     BackgroundWriter,
     master_gtid,
@@ -37,8 +39,6 @@ from tests.integration.test_kafka_sink import (
     shop,  # noqa: F401  (fixture)
     tables_state,
 )
-from tests.kafka_helpers import consume_all
-from tests.zk_helpers import ZkEnsemble, raw_client
 
 pytestmark = pytest.mark.faults
 

@@ -48,7 +48,9 @@ import orjson
 import pytest
 from kazoo.client import KazooClient
 
-from tests.daemon_process import wait_for
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.kafka_helpers import Record, consume_all
+from tests.helpers.tcp_proxy import FaultProxy
 from tests.integration.test_kafka_sink import (
     BackgroundWriter,
     KafkaReplicad,
@@ -61,8 +63,6 @@ from tests.integration.test_kafka_sink import (
     tables_state,
 )
 from tests.integration.test_position_cli_local import master_status as binlog_end
-from tests.kafka_helpers import Record, consume_all
-from tests.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
 

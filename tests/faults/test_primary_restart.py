@@ -19,7 +19,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from tests.daemon_process import wait_for
+from tests.helpers.daemon_process import wait_for
 from tests.integration.test_run_mariadb import (
     Replicad,
     assert_converged,

@@ -33,7 +33,7 @@ from pathlib import Path
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.service.logging import configure_logging
 from replicad.binlog.position import Position
-from tests.relay_helpers import fake_fde
+from tests.helpers.relay_helpers import fake_fde
 from tests.faults.test_relay_crash import events_of
 
 configure_logging("json", "info")  # on stderr: stdout carries the acknowledgements

@@ -15,7 +15,8 @@ import pytest
 
 from replicad.relay.manifest import load_manifest
 from replicad.relay.reader import RelayReader
-from tests.daemon_process import wait_for
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.kafka_helpers import start_broker, stop_broker
 from tests.integration.test_kafka_sink import (  # noqa: F401 - the shop fixture
     BackgroundWriter,
     KafkaReplicad,
@@ -29,7 +30,6 @@ from tests.integration.test_kafka_sink import (  # noqa: F401 - the shop fixture
     wait_caught_up,
 )
 from tests.integration.test_position_cli_local import master_status as binlog_end
-from tests.kafka_helpers import start_broker, stop_broker
 
 pytestmark = pytest.mark.faults
 

@@ -30,9 +30,9 @@ import pymysql
 import pytest
 
 from tests.conftest import MARIADB_PORT, _connect
-from tests.daemon_process import DaemonProcess, wait_for
-from tests.kafka_helpers import Record, consume_all, start_broker, stop_broker
-from tests.tcp_proxy import FaultProxy
+from tests.helpers.daemon_process import DaemonProcess, wait_for
+from tests.helpers.kafka_helpers import Record, consume_all, start_broker, stop_broker
+from tests.helpers.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
 

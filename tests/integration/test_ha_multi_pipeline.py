@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from tests.conftest import MARIADB_PORT
-from tests.daemon_process import ROOT, DaemonProcess, wait_for
+from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
 
 pytestmark = pytest.mark.integration
 

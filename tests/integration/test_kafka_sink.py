@@ -28,8 +28,8 @@ import pymysql
 import pytest
 
 from tests.conftest import MARIADB_PORT, _connect
-from tests.daemon_process import DaemonProcess, wait_for
-from tests.kafka_helpers import Record, consume_all, start_broker, stop_broker
+from tests.helpers.daemon_process import DaemonProcess, wait_for
+from tests.helpers.kafka_helpers import Record, consume_all, start_broker, stop_broker
 
 pytestmark = pytest.mark.integration
 

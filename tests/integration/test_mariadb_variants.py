@@ -24,7 +24,7 @@ from replicad.binlog.events import (
 )
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import RowsEvent
-from tests.binlog_helpers import binlog_files_since, binlog_position, changes_since
+from tests.helpers.binlog_helpers import binlog_files_since, binlog_position, changes_since
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

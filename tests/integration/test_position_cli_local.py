@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import _connect
-from tests.daemon_process import ROOT, wait_for
+from tests.helpers.daemon_process import ROOT, wait_for
 from tests.integration.test_run_mariadb import Replicad
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pytest
 from replicad.relay.manifest import load_manifest
 from replicad.relay.reader import RelayReader
 from tests.conftest import MARIADB_PORT
-from tests.daemon_process import DaemonProcess
+from tests.helpers.daemon_process import DaemonProcess
 from tests.integration.test_run_mariadb import (  # noqa: F401 - the workdb fixture
     Replicad,
     assert_converged,

@@ -22,8 +22,8 @@ import pymysql
 import pytest
 
 from tests.conftest import MARIADB_PORT, _connect
-from tests.daemon_process import DaemonProcess, wait_for
-from tests.tcp_proxy import FaultProxy
+from tests.helpers.daemon_process import DaemonProcess, wait_for
+from tests.helpers.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ import pytest
 
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import TableMapEvent
-from tests.binlog_helpers import binlog_files_since, binlog_position
 from tests.conftest import _connect
-from tests.daemon_process import wait_for
+from tests.helpers.binlog_helpers import binlog_files_since, binlog_position
+from tests.helpers.daemon_process import wait_for
 from tests.integration.test_run_mariadb import Replicad
 
 pytestmark = pytest.mark.integration
