@@ -28,9 +28,9 @@ pytestmark = pytest.mark.faults
 @pytest.fixture(scope="module")
 def sample(mariadb, tmp_path_factory) -> Path:
     """A binlog file holding a varied workload, copied out of the server."""
-    from tests.conftest import _connect
+    from tests.helpers.mariadb import connect_root
 
-    conn = _connect()
+    conn = connect_root()
     name = "fuzz_sample"
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {name}")
