@@ -25,9 +25,7 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -35,6 +33,11 @@ from decimal import Decimal
 from itertools import islice
 from pathlib import Path
 from typing import Any
+
+if __package__:  # imported as bench.decode
+    from bench import common
+else:  # python bench/decode.py: bench/ is sys.path[0]
+    import common
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "bench" / "data"
@@ -50,7 +53,6 @@ STATEMENTS_PER_TRANSACTION = 10
 SEED = 20240601
 OPS = ("c", "u", "d")
 PEER_HEARTBEAT_SECONDS = 2  # the peer leaves the stream at a heartbeat (nothing left)
-RSS_SAMPLE_SECONDS = 0.005
 
 CREATE_TABLE = f"""
 CREATE TABLE {DATABASE}.{TABLE} (
@@ -342,19 +344,6 @@ def ensure_server(server: Server) -> None:
 # --------------------------------------------------------------------------- children
 
 
-def _vm_kb(field_name: str, pid: int | str = "self") -> int | None:
-    """A memory figure (kB) of a process from /proc: VmHWM is the peak RSS of its current
-    address space, so unlike ru_maxrss it does not include the parent's RSS at fork/exec."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def child_replicad(paths: list[str], stop: int | None) -> dict[str, Any]:
     """Full decode through the public API: every row image becomes before/after dicts.
     Rows of other tables (concurrent writers on a shared server) are counted apart."""
@@ -363,7 +352,7 @@ def child_replicad(paths: list[str], stop: int | None) -> dict[str, Any]:
 
     counts = dict.fromkeys(OPS, 0)
     other = 0
-    base = _vm_kb("VmHWM")
+    base = common.vm_kb("VmHWM")
     started = time.perf_counter()
     for path in paths:
         events = iter_file_events(path, stop=stop)
@@ -383,7 +372,7 @@ def child_replicad_events(paths: list[str], stop: int | None) -> dict[str, Any]:
     from replicad.binlog.rows import RowsEvent
 
     events = rows_events = 0
-    base = _vm_kb("VmHWM")
+    base = common.vm_kb("VmHWM")
     started = time.perf_counter()
     for path in paths:
         for event in iter_file_events(path, stop=stop):
@@ -427,7 +416,7 @@ def child_peer(server: Server, gtid_start: str, expected: int, last_file: str) -
     total = 0
     last_index = _binlog_index(last_file)
     ended = "stream ended"
-    base = _vm_kb("VmHWM")
+    base = common.vm_kb("VmHWM")
     started = time.perf_counter()
     stream = BinLogStreamReader(
         connection_settings={
@@ -486,17 +475,15 @@ def child_peer(server: Server, gtid_start: str, expected: int, last_file: str) -
 def run_child(args: argparse.Namespace) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    try:
+
+    def work() -> dict[str, Any]:
         if args.child == "replicad":
-            result = child_replicad(args.files, args.stop)
-        elif args.child == "replicad-events":
-            result = child_replicad_events(args.files, args.stop)
-        else:
-            result = child_peer(server_of(args), args.gtid_start, args.expected, args.last_file)
-    except Exception:  # reported by the parent, with the traceback
-        result = {"error": traceback.format_exc()}
-    result["peak_rss_kb"] = _vm_kb("VmHWM")
-    print(json.dumps(result, default=str))
+            return child_replicad(args.files, args.stop)
+        if args.child == "replicad-events":
+            return child_replicad_events(args.files, args.stop)
+        return child_peer(server_of(args), args.gtid_start, args.expected, args.last_file)
+
+    print(json.dumps(common.child_outcome(work), default=str))
     return 0
 
 
@@ -527,45 +514,17 @@ def _mb(kb: int | None) -> float | None:
     return kb / 1024 if kb is not None else None
 
 
-def run_process(cmd: list[str], *, capture: bool) -> tuple[int, float, int | None, str]:
-    """Run cmd: exit code, wall seconds, peak RSS in kB and stdout.
-
-    The peak RSS is the child's VmHWM, sampled every few ms until it exits (VmHWM only
-    grows). ru_maxrss (wait4, RUSAGE_CHILDREN) cannot be used: Linux carries the RSS of the
-    process that forked/exec'd over into the child's maxrss, so every child would report at
-    least this parent's peak."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    with tempfile.TemporaryFile() as out:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out if capture else subprocess.DEVNULL, env=env)
-        peak: int | None = None
-        while proc.poll() is None:
-            sample = _vm_kb("VmHWM", proc.pid)
-            if sample is not None:
-                peak = max(peak or 0, sample)
-            time.sleep(RSS_SAMPLE_SECONDS)
-        seconds = time.perf_counter() - started
-        out.seek(0)
-        return proc.returncode, seconds, peak, out.read().decode()
-
-
 def measure_python(name: str, child_args: list[str]) -> tuple[Measured, dict[str, Any]]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *child_args]
-    code, wall, sampled_kb, out = run_process(cmd, capture=True)
-    try:
-        result = json.loads(out.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = {"error": f"child exited {code} without a result (stderr above)"}
-    if code != 0 and "error" not in result:
-        result["error"] = f"child exited {code}"
+    code, wall, sampled_kb, out = common.run_process(cmd, capture=True)
+    result = common.child_result(code, out)
     counts = result.get("counts")
-    peaks = [kb for kb in (result.get("peak_rss_kb"), sampled_kb) if kb is not None]
+    peak = common.peak_kb(result.get("peak_rss_kb"), sampled_kb)
     measured = Measured(
         decoder=name,
         rows=sum(counts.values()) if counts else 0,
         seconds=result.get("seconds", wall),  # the decode loop, not interpreter start-up
-        peak_rss_mb=_mb(max(peaks)) if peaks else None,
+        peak_rss_mb=_mb(peak),
         base_rss_mb=_mb(result.get("base_rss_kb")),
         counts=counts,
         error=result.get("error"),
@@ -578,10 +537,10 @@ def measure_mariadb_binlog(paths: list[str], rows: int) -> Measured:
     if exe is None:
         return Measured("mariadb-binlog", rows, 0.0, None, error="mariadb-binlog not found")
     cmd = [exe, "--no-defaults", "-v", "--base64-output=decode-rows", *paths]
-    code, seconds, peak_kb, _ = run_process(cmd, capture=False)
+    code, seconds, common.peak_kb, _ = common.run_process(cmd, capture=False)
     error = f"exited {code}" if code != 0 else None
     return Measured(
-        "mariadb-binlog -v", rows, seconds, _mb(peak_kb), rows_counted=False, error=error
+        "mariadb-binlog -v", rows, seconds, _mb(common.peak_kb), rows_counted=False, error=error
     )
 
 
@@ -707,16 +666,7 @@ def format_table(results: list[Measured]) -> str:
                 f"{m.base_rss_mb:.1f}" if m.base_rss_mb is not None else "-",
             )
         )
-    widths = [max(len(row[i]) for row in [head, *lines]) for i in range(len(head))]
-
-    def fmt(row: tuple[str, ...]) -> str:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        return "  ".join(cells)
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(head), rule, *(fmt(row) for row in lines)])
+    return common.grid(head, lines)
 
 
 def speedup(results: list[Measured]) -> float | None:

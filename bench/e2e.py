@@ -77,7 +77,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -86,8 +85,9 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # python -m bench.e2e
-    from bench import decode
+    from bench import common, decode
 else:  # python bench/e2e.py: bench/ is sys.path[0]
+    import common
     import decode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,6 @@ LATENCY_POOL = 2_000  # distinct pre-rendered row bodies the writer cycles throu
 CEILING_SAMPLES = 2_000  # consumed messages kept to replay in the broker ceiling
 CONSUME_BATCH_TIMEOUT_S = 0.05
 IDLE_S = 30.0  # latency phases: give up when nothing more arrived for this long
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 OPS = decode.OPS
 
 
@@ -132,16 +131,6 @@ assert "ts DATETIME(6)" in CREATE_LATENCY and LATENCY_TABLE in CREATE_LATENCY
 # --------------------------------------------------------------------------- processes
 
 
-def cpu_seconds(pid: int | str) -> float | None:
-    """utime + stime of a process, from /proc/<pid>/stat (None if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
-
-
 def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds of a process's threads grouped by kind: the Python threads (named after
     the interpreter) and librdkafka's (named rdk:*), from /proc/<pid>/task/*/stat."""
@@ -151,7 +140,7 @@ def thread_cpu(pid: int) -> dict[str, float]:
             comm = (task / "comm").read_text().strip()
         except OSError:
             continue
-        seconds = cpu_seconds(f"{pid}/task/{task.name}")
+        seconds = common.cpu_seconds(f"{pid}/task/{task.name}")
         if seconds is not None:
             kind = "librdkafka threads" if comm.startswith("rdk:") else "Python threads"
             groups[kind] = groups.get(kind, 0.0) + seconds
@@ -164,11 +153,8 @@ def thread_cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[
 
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the machine, all cores, from /proc/stat."""
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:9]]
-    user, nice, system, idle, iowait, irq, softirq, steal = values
-    busy = user + nice + system + irq + softirq + steal
-    return busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK
+    busy, total = common.machine_ticks()
+    return busy / common.CLK_TCK, total / common.CLK_TCK
 
 
 def service_pids() -> dict[str, int]:
@@ -199,7 +185,9 @@ class CpuWatch:
     machine_started: tuple[float, float] = (0.0, 0.0)
 
     def start(self) -> CpuWatch:
-        self.started = {n: s for n, p in self.pids.items() if (s := cpu_seconds(p)) is not None}
+        self.started = {
+            n: s for n, p in self.pids.items() if (s := common.cpu_seconds(p)) is not None
+        }
         self.started["this script"] = time.process_time()
         self.machine_started = machine_cpu()
         self.wall_started = time.perf_counter()
@@ -210,7 +198,7 @@ class CpuWatch:
         busy, total = machine_cpu()
         out: dict[str, Any] = {"wall_s": round(wall, 3)}
         for name, pid in self.pids.items():
-            now = cpu_seconds(pid)
+            now = common.cpu_seconds(pid)
             if now is not None and name in self.started:
                 out[name] = round(now - self.started[name], 2)
         out["this script"] = round(time.process_time() - self.started["this script"], 2)
@@ -367,7 +355,7 @@ def child_decode(spec: dict[str, Any]) -> dict[str, Any]:
         publish = sink.publish
     counts = dict.fromkeys(OPS, 0)
     other = 0
-    base = decode._vm_kb("VmHWM")
+    base = common.vm_kb("VmHWM")
     cpu = time.process_time()
     started = time.perf_counter()
     for path, first, stop in spec["segments"]:
@@ -508,11 +496,7 @@ def child_producer(spec: dict[str, Any]) -> dict[str, Any]:
 def run_child(args: argparse.Namespace) -> int:
     spec = json.loads(args.spec)
     children = {"writer": child_writer, "producer": child_producer, "decode": child_decode}
-    try:
-        result = children[args.child](spec)
-    except Exception:  # reported by the parent, with the traceback
-        result = {"error": traceback.format_exc()}
-    result["peak_rss_kb"] = decode._vm_kb("VmHWM")
+    result = common.child_outcome(lambda: children[args.child](spec))
     if "out" in spec:
         Path(spec["out"]).write_text(json.dumps(result))
     else:
@@ -535,16 +519,10 @@ def measure_decode(
     segments: list[Any], encode: bool, bootstrap: str, prefix: str
 ) -> dict[str, Any]:
     spec = {"segments": segments, "encode": encode, "bootstrap": bootstrap, "prefix": prefix}
-    code, wall, peak_kb, out = decode.run_process(child_command("decode", spec), capture=True)
-    try:
-        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = {"error": f"child exited {code} without a result (stderr above)"}
-    if code != 0 and "error" not in result:
-        result["error"] = f"child exited {code}"
+    code, wall, sampled_kb, out = common.run_process(child_command("decode", spec), capture=True)
+    result = common.child_result(code, out)
     result["wall_s"] = wall
-    peaks = [kb for kb in (result.get("peak_rss_kb"), peak_kb) if kb is not None]
-    result["peak_rss_kb"] = max(peaks) if peaks else None
+    result["peak_rss_kb"] = common.peak_kb(result.get("peak_rss_kb"), sampled_kb)
     return result
 
 
@@ -608,13 +586,8 @@ class MemoryBroker:
         return self.bootstrap
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            common.stop_process(self.proc, 30)
 
 
 def sink_producer_settings(bootstrap: str) -> dict[str, Any]:
@@ -787,10 +760,10 @@ class Replicad:
         return self.proc is not None and self.proc.poll() is None
 
     def cpu_s(self) -> float | None:
-        return cpu_seconds(self.pid) if self.alive() else None
+        return common.cpu_seconds(self.pid) if self.alive() else None
 
     def peak_rss_mb(self) -> float | None:
-        kb = decode._vm_kb("VmHWM", self.pid) if self.alive() else None
+        kb = common.vm_kb("VmHWM", self.pid) if self.alive() else None
         return kb / 1024 if kb is not None else None
 
     def exit_status(self) -> str:
@@ -800,13 +773,7 @@ class Replicad:
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        common.stop_process(self.proc, timeout)
         self.exit_code = self.proc.returncode
         return self.exit_code
 
@@ -874,13 +841,7 @@ class Profiler:
     def stop(self) -> dict[str, Any]:
         if self.proc is None:
             return {}
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        common.stop_process(self.proc, 60, signal.SIGINT)  # py-spy writes its output on SIGINT
         if not self.output.exists():
             log = self.output.with_suffix(".log")
             return {"error": log.read_text(errors="replace")[-2000:] if log.exists() else "?"}
@@ -1038,11 +999,6 @@ def broker_ceiling(
     }
 
 
-def _python_env() -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
-
-
 def consume_during(
     reader: TopicReader,
     child: subprocess.Popen[bytes],
@@ -1100,7 +1056,7 @@ def latency_phase(
     replicad_cpu = replicad.cpu_s()
     threads = thread_cpu(replicad.pid)
     watch = CpuWatch({"replicad": replicad.pid, **pids}).start()
-    writer = subprocess.Popen(child_command("writer", spec), env=_python_env())
+    writer = subprocess.Popen(child_command("writer", spec), env=common.python_env())
     rows: list[tuple[int, str, float, int]] = []  # txn, ts text, consumed at, Kafka ts (ms)
     ts_types: set[int] = set()
 
@@ -1174,7 +1130,7 @@ def broker_latency(
         while not reader.try_assign():
             time.sleep(0.05)
         watch = CpuWatch(pids).start()
-        child = subprocess.Popen(child_command("producer", spec), env=_python_env())
+        child = subprocess.Popen(child_command("producer", spec), env=common.python_env())
         latencies: list[float] = []
 
         def record(msg: Any, consumed: float) -> bool:
@@ -1207,18 +1163,6 @@ def _mb(kb: int | None) -> str:
 
 def _rate(n: float, seconds: float | None) -> str:
     return f"{n / seconds:,.0f}" if seconds else "-"
-
-
-def format_table(head: tuple[str, ...], lines: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in [head, *lines]) for i in range(len(head))]
-
-    def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(
-            [row[0].ljust(widths[0])]
-            + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        )
-
-    return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])
 
 
 def _threads(groups: dict[str, float] | None) -> str:
@@ -1306,7 +1250,7 @@ def report_throughput(results: dict[str, Any], verdicts: list[str]) -> None:
                 "",
             )
         )
-    print(format_table(head, lines))
+    print(common.grid(head, lines))
     print(
         "CPU s and peak RSS (VmHWM): the decoding child's; for end to end, the replicad process "
         "(utime+stime); for the ceiling, the producing process"
@@ -1364,7 +1308,7 @@ def report_latency(results: dict[str, Any], verdicts: list[str]) -> None:
             _pct_row("broker alone: produce() -> delivery report", base["produce_to_ack_ms"])
         )
         lines.append(_pct_row("broker alone: produce() -> consumed", base["produce_to_consume_ms"]))
-    print(format_table(head, lines))
+    print(common.grid(head, lines))
     print("latency phase " + _cpu_line(lat["cpu"]))
     print(f"replicad's CPU s by thread: {_threads(lat.get('replicad_threads_cpu_s'))}")
     if base:

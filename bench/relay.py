@@ -50,12 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python bench/relay.py: bench/ is sys.path[0]
     sys.path.insert(0, str(ROOT))
 
+from bench import common  # noqa: E402
 from replicad.binlog.position import Position  # noqa: E402
 from replicad.errors import ReplicadError  # noqa: E402
 from replicad.relay import records, segment  # noqa: E402
 from replicad.relay.reader import RelayReader  # noqa: E402
 from replicad.relay.writer import RelayOptions, RelayWriter  # noqa: E402
-from tests.relay_helpers import fake_fde  # noqa: E402
+from tests.helpers.relay_helpers import fake_fde  # noqa: E402
 
 DATA_DIR = ROOT / "bench" / "data"
 DEFAULT_TXNS = 100_000
@@ -253,14 +254,11 @@ def _kthread_cpu_ticks() -> int:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+        fields = common.stat_fields(name)
+        if fields is None:
             continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if name == "2" or fields[1] == b"2":  # ppid
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+        if name == "2" or fields[1] == "2":  # ppid
+            total += common.cpu_ticks(fields)
     return total
 
 
@@ -274,23 +272,16 @@ def _cpu_stall_us() -> int | None:
     return int(some[-1].split("=")[1])
 
 
-def _machine_busy_ticks() -> int:
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values[:8]) - idle  # without guest (counted in user already)
-
-
 class CpuMeter:
     """CPU used during a phase: by this process, by kernel threads, and by everything else
     on the machine (another test run makes the phase's figures unreliable)."""
 
-    TICK = os.sysconf("SC_CLK_TCK")
+    TICK = common.CLK_TCK
 
     def __init__(self) -> None:
         self.wall = time.monotonic()
         self.self_cpu = sum(os.times()[:2])
-        self.machine = _machine_busy_ticks()
+        self.machine = common.machine_ticks()[0]
         self.kthreads = _kthread_cpu_ticks()
         self.stall = _cpu_stall_us()
 
@@ -298,7 +289,7 @@ class CpuMeter:
         wall = max(time.monotonic() - self.wall, 1e-9)
         stall = _cpu_stall_us()
         own = sum(os.times()[:2]) - self.self_cpu
-        machine = (_machine_busy_ticks() - self.machine) / self.TICK
+        machine = (common.machine_ticks()[0] - self.machine) / self.TICK
         kthreads = (_kthread_cpu_ticks() - self.kthreads) / self.TICK
         return {
             "self_cores": own / wall,
@@ -957,7 +948,7 @@ def format_table(results: list[Result]) -> str:
                 *_cpu_cells(r),
             )
         )
-    return _grid(head, rows) + "\n\n" + _grid(read_head, read_rows)
+    return common.grid(head, rows) + "\n\n" + common.grid(read_head, read_rows)
 
 
 def _volume_cells(r: Result) -> tuple[str, ...]:
@@ -979,19 +970,6 @@ def _cpu_cells(r: Result) -> tuple[str, str]:
     if r.cpu.get("wall", 0) < 0.5:
         return "-", "-"
     return f"{r.cpu['self_cores']:.2f}", f"{r.cpu['other_cores']:.2f}"
-
-
-def _grid(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
-
-    def fmt(row: tuple[str, ...]) -> str:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        return "  ".join(cells)
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(head), rule, *(fmt(row) for row in rows)])
 
 
 def ratios(results: list[Result]) -> list[dict[str, Any]]:

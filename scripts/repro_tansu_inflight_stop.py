@@ -24,7 +24,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Message, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.kafka_helpers import consume_all, start_broker, stop_broker
+from tests.helpers.kafka_helpers import consume_all, start_broker, stop_broker
 
 BOOTSTRAP = "127.0.0.1:9092"
 

@@ -6,5 +6,5 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 bash scripts/bootstrap.sh
 bash scripts/services.sh up
-.venv/bin/ruff check replicad tests bench
+bash scripts/lint.sh
 exec .venv/bin/python -m pytest "$@"

@@ -14,31 +14,20 @@ from typing import Any
 import pymysql
 import pytest
 
-from tests.daemon_process import kill_leftovers
+from tests.helpers.daemon_process import kill_leftovers
+from tests.helpers.kafka_run import TABLES_SQL
+from tests.helpers.mariadb import MARIADB_PORT, connect_root
 
 ROOT = Path(__file__).resolve().parent.parent
-MARIADB_PORT = int(os.environ.get("REPLICAD_MARIADB_PORT", "3306"))
 KAFKA_PORT = int(os.environ.get("REPLICAD_KAFKA_PORT", "9092"))
 ZK_PORT = int(os.environ.get("REPLICAD_ZK_PORT", "2181"))
-
-
-def _connect(**kwargs: object) -> pymysql.connections.Connection:
-    return pymysql.connect(
-        host="127.0.0.1",
-        port=MARIADB_PORT,
-        user="root",
-        password="root",
-        charset="utf8mb4",
-        autocommit=True,
-        **kwargs,  # type: ignore[arg-type]
-    )
 
 
 @pytest.fixture(scope="session")
 def mariadb() -> dict[str, object]:
     """Make sure the private MariaDB is up (idempotent) and describe it."""
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "mariadb"], check=True)
-    conn = _connect()
+    conn = connect_root()
     with conn.cursor() as cur:
         cur.execute("SELECT @@log_bin_basename, @@binlog_format, @@binlog_row_metadata")
         basename, fmt, metadata = cur.fetchone()
@@ -87,7 +76,7 @@ def zk_root(zookeeper: str) -> Iterator[str]:
 def db(mariadb: dict[str, object]) -> Iterator[tuple[pymysql.connections.Connection, str]]:
     """A connection to a fresh, uniquely named database, dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    conn = _connect()
+    conn = connect_root()
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}` DEFAULT CHARACTER SET utf8mb4")
         cur.execute(f"USE `{name}`")
@@ -137,3 +126,12 @@ def clients() -> Iterator[Callable[[Any], Any]]:
     for client in made:
         with contextlib.suppress(Exception):
             client.stop()
+
+
+@pytest.fixture
+def shop(db) -> Iterator[tuple[pymysql.connections.Connection, str]]:
+    conn, name = db
+    with conn.cursor() as cur:
+        for sql in TABLES_SQL:
+            cur.execute(sql)
+    yield conn, name

@@ -79,6 +79,10 @@ class CoordinationAuthError(AuthError, CoordinationError):
     """ZooKeeper refused the credentials, or a node's ACL refuses this client (missing or wrong
     password). An operator error: restarting cannot fix it."""
 
+    def __init__(self, reason: str, **context: object) -> None:
+        # ZooKeeper sends no ERR packet: AuthError's code and sqlstate (MySQL's) stay None.
+        super().__init__(reason, code=None, sqlstate=None, **context)
+
 
 class CoordinationDataError(PositionStoreError, CoordinationError):
     """A node holds data replicad did not write (bad JSON, bad epoch, damaged schema parts)."""
@@ -280,7 +284,7 @@ def auth_arguments(config: ZookeeperConfig, password: str | None) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------- client
-class _TimeoutRecordingConnection(ConnectionHandler):  # type: ignore[misc]
+class _TimeoutRecordingConnection(ConnectionHandler):
     """kazoo's connection handler, remembering the session timeout the server granted (the
     server clamps the requested one to [2, 20] ticks; kazoo does not expose the result)."""
 

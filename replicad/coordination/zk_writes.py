@@ -99,7 +99,7 @@ class LeaderWrites:
         returned (as the kazoo exception instance) for the caller to handle, others raise."""
         self._require_valid(what)
         txn = self.client.kazoo.transaction()
-        txn.check(self.paths.epoch, self._epoch_version)  # type: ignore[arg-type]
+        txn.check(self.paths.epoch, self._epoch_version)
         build(txn)
         results = self.client.wait(
             txn.commit_async(),
@@ -205,9 +205,11 @@ class LeaderWrites:
             for index, chunk in enumerate(chunks):
                 name = schema_part_name(generation, index)
                 path = self.paths.schema_part(name)
-                self._fenced(
-                    "write a schema part", path, lambda txn, p=path, c=chunk: txn.create(p, c)
-                )
+
+                def create_part(txn: TransactionRequest, p: str = path, c: bytes = chunk) -> None:
+                    txn.create(p, c)
+
+                self._fenced("write a schema part", path, create_part)
             header = schema_manifest(generation, chunks)
             new_parts = [schema_part_name(generation, i) for i in range(len(chunks))]
 

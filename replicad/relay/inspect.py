@@ -92,13 +92,13 @@ def inspect_relay(directory: Path, *, verify: bool = False) -> dict[str, Any]:
             previous_end = None
         entries.append(entry)
     _strays(directory, manifest, report)
-    current = manifest.current
+    current_segment = manifest.current
     return {
         "directory": str(directory),
         "manifest": str(directory / MANIFEST),
         "segments": entries,
         "durable": {
-            "segment": None if current is None else current.name,
+            "segment": None if current_segment is None else current_segment.name,
             "offset": manifest.durable_offset,
             "position": _json(manifest.durable_position),
         },
@@ -196,9 +196,9 @@ def _verify(
     at_boundary = False
     error: ReplicadError | None = None
     try:
-        header = scan.read_header()
+        start = scan.read_header().start
         if current and manifest.durable_offset == scan.header_end:
-            durable, at_boundary = header.start, True
+            durable, at_boundary = start, True
         for chunk in scan.chunks():
             if current and chunk.commit is not None and chunk.end == manifest.durable_offset:
                 durable, at_boundary = chunk.commit.position, True

@@ -193,6 +193,8 @@ async def _retention(conn: AsyncConnection, info: ServerInfo, config: Config, ad
         where = f"{oldest}:4"
         if info.mariadb:
             gtid = (await conn.query(f"SELECT BINLOG_GTID_POS('{oldest}', 4)")).rows[0][0]
+            if isinstance(gtid, bytes):  # a text function: str, unless the collation is binary
+                gtid = gtid.decode()
             where += f" (GTID {gtid or 'empty'})"
         add(
             Finding(

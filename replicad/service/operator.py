@@ -76,7 +76,7 @@ async def resolve_position(
 
 async def _check_file_position(conn: AsyncConnection, file: str, pos: int) -> None:
     logs = await conn.query("SHOW BINARY LOGS")
-    sizes = {_text(row[0]): int(row[1]) for row in logs.rows}
+    sizes = {_text(row[0]): int(_text(row[1])) for row in logs.rows}
     if file not in sizes:
         known = sorted(sizes)
         raise PositionValueError(

@@ -275,7 +275,15 @@ class KafkaSink:
         if self.exactly_once and not self._in_kafka_txn:
             self._begin_kafka_transaction()
         try:
-            producer.produce(topic, value, key, on_delivery=unit.delivered, headers=headers)
+            # ignore: the stub's list[tuple[str, str | bytes | None]] is invariant; a list of
+            # (str, bytes) is one of the values it accepts.
+            producer.produce(
+                topic,
+                value,
+                key,
+                on_delivery=unit.delivered,
+                headers=headers,  # type: ignore[arg-type]
+            )
         except BufferError:
             self._poll()
             return False

@@ -193,13 +193,16 @@ def _last_record(
         msg = consumer.poll(0.2)
         if msg is None:
             continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
                 open_partitions.discard(msg.partition())
             continue
         idle_since = time.monotonic()
-        if msg.key() == key and msg.value():
-            record = (msg.partition(), msg.offset(), orjson.loads(msg.value()))
+        # A fetched message (no error) always has its partition and offset.
+        partition, offset, value = msg.partition(), msg.offset(), msg.value()
+        if msg.key() == key and value and partition is not None and offset is not None:
+            record = (partition, offset, orjson.loads(value))
             if found is None or record[:2] > found[:2]:
                 found = record
     return None if found is None else found[2]

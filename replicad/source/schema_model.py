@@ -62,7 +62,7 @@ class TableSchema:
             if c.set_values is not None:
                 item["set"] = list(c.set_values)
             columns.append(item)
-        out = {"schema": self.schema, "table": self.table, "columns": columns,
+        out: dict[str, Any] = {"schema": self.schema, "table": self.table, "columns": columns,
                "primary_key": list(self.primary_key)}  # fmt: skip
         if self.implicit_versioning:
             out["implicit_versioning"] = True

@@ -20,7 +20,7 @@ from replicad.binlog.files import iter_file_events, iter_raw_events
 from replicad.binlog.parser import BinlogParser
 from replicad.binlog.rows import RowsEvent
 from replicad.errors import ChecksumError, ReplicadError, TruncatedError
-from tests.binlog_helpers import binlog_position
+from tests.helpers.binlog_helpers import binlog_position
 
 pytestmark = pytest.mark.faults
 
@@ -28,9 +28,9 @@ pytestmark = pytest.mark.faults
 @pytest.fixture(scope="module")
 def sample(mariadb, tmp_path_factory) -> Path:
     """A binlog file holding a varied workload, copied out of the server."""
-    from tests.conftest import _connect
+    from tests.helpers.mariadb import connect_root
 
-    conn = _connect()
+    conn = connect_root()
     name = "fuzz_sample"
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {name}")

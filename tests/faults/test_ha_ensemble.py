@@ -21,24 +21,18 @@ import orjson
 import pytest
 
 from replicad.binlog.gtid import MariaGtidPosition
-from tests.daemon_process import wait_for
-from tests.faults.test_ha_failover import (
-    SESSION_TIMEOUT_S,
-    HaReplicad,
-    binlog_end,
-    coordinate,
-    fold_in_binlog_order,
-)
-from tests.integration.test_kafka_sink import (
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.ha import SESSION_TIMEOUT_S, HaReplicad, coordinate, fold_in_binlog_order
+from tests.helpers.kafka_helpers import consume_all
+from tests.helpers.kafka_run import (
     BackgroundWriter,
     master_gtid,
     normalise_expected,
     read_topics,
-    shop,  # noqa: F401  (fixture)
     tables_state,
 )
-from tests.kafka_helpers import consume_all
-from tests.zk_helpers import ZkEnsemble, raw_client
+from tests.helpers.position_cli import master_status as binlog_end
+from tests.helpers.zk_helpers import ZkEnsemble, raw_client
 
 pytestmark = pytest.mark.faults
 
@@ -74,7 +68,7 @@ def stable_count(kafka: str, topics: str) -> int:
 
 
 def test_member_restarts_and_quorum_loss(
-    shop,  # noqa: F811
+    shop,
     kafka: str,
     ensemble: ZkEnsemble,
     tmp_path: Path,

@@ -48,25 +48,29 @@ import orjson
 import pytest
 from kazoo.client import KazooClient
 
-from tests.daemon_process import wait_for
-from tests.integration.test_kafka_sink import (
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.ha import (
+    SESSION_TIMEOUT_S,
+    STARTUP_WAIT_S,
+    HaReplicad,
+    coordinate,
+    fold_in_binlog_order,
+)
+from tests.helpers.kafka_helpers import Record, consume_all
+from tests.helpers.kafka_run import (
     BackgroundWriter,
-    KafkaReplicad,
     audit_messages,
     audit_rows,
     master_gtid,
     normalise_expected,
     read_topics,
-    shop,  # noqa: F401  (fixture)
     tables_state,
 )
-from tests.integration.test_position_cli_local import master_status as binlog_end
-from tests.kafka_helpers import Record, consume_all
-from tests.tcp_proxy import FaultProxy
+from tests.helpers.position_cli import master_status as binlog_end
+from tests.helpers.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
 
-SESSION_TIMEOUT_S = 3.0
 ITERATIONS = int(os.environ.get("REPLICAD_HA_ITERATIONS", "10"))
 REPEAT = int(os.environ.get("REPLICAD_HA_REPEAT", "1"))
 REPORT = os.environ.get("REPLICAD_HA_REPORT")
@@ -85,36 +89,7 @@ LEASE_S = 0.6 * SESSION_TIMEOUT_S  # how long a leader may publish after its las
 # process start and a slow, loaded machine.
 TAKEOVER_WAIT_S = SESSION_TIMEOUT_S * 4 + 20
 DEPOSED_WAIT_S = SESSION_TIMEOUT_S * 4 + 20
-STARTUP_WAIT_S = SESSION_TIMEOUT_S * 4 + 30
 LOG_TAIL_LINES = 25
-
-
-class HaReplicad(KafkaReplicad):
-    """A worker of the pipeline: Kafka sink, ZooKeeper through its own fault proxy."""
-
-    def __init__(self, tmp: Path, name: str, zk_port: int, root: str, **kwargs: Any) -> None:
-        super().__init__(tmp / name, **kwargs)
-        self.name = name
-        self.zk_env = {
-            "REPLICAD_COORDINATION__ZOOKEEPER__HOSTS": f"127.0.0.1:{zk_port}",
-            "REPLICAD_COORDINATION__ZOOKEEPER__ROOT": root,
-            "REPLICAD_COORDINATION__ZOOKEEPER__SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S),
-            "REPLICAD_COORDINATION__ZOOKEEPER__WORKER_ID": name,
-        }
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**super().env, **self.zk_env}
-
-    def start(self) -> None:  # a standby never connects to MariaDB: wait for its candidacy
-        before = self.count("zk_candidate_created")
-        proc = self.spawn()
-        wait_for(
-            lambda: self.count("zk_candidate_created") > before or proc.poll() is not None,
-            STARTUP_WAIT_S,
-            f"{self.name} to become a candidate",
-        )
-        assert proc.poll() is None, self.err.read_text()[-3000:]
 
 
 def zk_state(zookeeper: str, root: str, pipeline: str) -> dict[str, Any]:
@@ -137,38 +112,6 @@ def zk_state(zookeeper: str, root: str, pipeline: str) -> dict[str, Any]:
         }
     finally:
         client.stop()
-
-
-def coordinate(record: Record) -> tuple[str, int, int]:
-    h = record.headers
-    return h["replicad.file"].decode(), int(h["replicad.pos"]), int(h["replicad.row"])
-
-
-def fold_in_binlog_order(records: list[Record], prefix: str, db: str) -> dict[str, Any]:
-    """Per key, apply a message only if it is not older (by source coordinates) than the
-    last one applied: the dedupe an at-least-once consumer does. A delete and its tombstone,
-    or a repeat, share coordinates and apply idempotently."""
-    out: dict[str, dict[str, Any]] = {}
-    newest: dict[tuple[str, str], tuple[str, int, int]] = {}
-    for record in records:
-        table = record.topic[len(f"{prefix}.{db}.") :]
-        if table == "audit":
-            continue
-        key = "" if record.key is None else record.key.decode()
-        where = coordinate(record)
-        if where < newest.get((table, key), ("", 0, -1)):
-            continue  # an older copy arriving late (a deposed leader's in-flight message)
-        newest[(table, key)] = where
-        state = out.setdefault(table, {})
-        envelope = None if record.value is None else orjson.loads(record.value)
-        if envelope is None or envelope["op"] == "d":
-            state.pop(key, None)
-            continue
-        after = dict(envelope["after"])
-        if isinstance(after.get("flags"), str):
-            after["flags"] = ",".join(sorted(filter(None, after["flags"].split(","))))
-        state[key] = after
-    return out
 
 
 def leader_of(workers: list[HaReplicad], zookeeper: str, root: str, pipeline: str) -> HaReplicad:
@@ -477,7 +420,7 @@ ROUNDS = pytest.mark.parametrize("round_", range(REPEAT), ids=lambda r: f"round{
 @ROUNDS
 @pytest.mark.parametrize("workers_n", [2, 3])
 def test_failover_loses_nothing_and_zombies_stay_silent(
-    shop,  # noqa: F811
+    shop,
     kafka: str,
     zookeeper: str,
     zk_root: str,
@@ -525,7 +468,7 @@ def test_failover_loses_nothing_and_zombies_stay_silent(
 @ROUNDS
 @pytest.mark.parametrize("workers_n", [2, 3])
 def test_exactly_once_failover_has_no_duplicates(
-    shop,  # noqa: F811
+    shop,
     kafka: str,
     zookeeper: str,
     zk_root: str,

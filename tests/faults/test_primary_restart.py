@@ -19,13 +19,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from tests.daemon_process import wait_for
-from tests.integration.test_run_mariadb import (
-    Replicad,
-    assert_converged,
-    duplicates,
-    random_workload,
-)
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.mariadb_run import Replicad, assert_converged, duplicates, random_workload
 
 pytestmark = pytest.mark.faults
 ROOT = Path(__file__).resolve().parents[2]

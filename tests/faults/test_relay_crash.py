@@ -21,6 +21,7 @@ import pytest
 
 from replicad.relay.manifest import load_manifest
 from replicad.relay.reader import RelayReader
+from tests.helpers.relay_helpers import events_of
 
 pytestmark = pytest.mark.faults
 
@@ -33,8 +34,7 @@ from pathlib import Path
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.service.logging import configure_logging
 from replicad.binlog.position import Position
-from tests.relay_helpers import fake_fde
-from tests.faults.test_relay_crash import events_of
+from tests.helpers.relay_helpers import events_of, fake_fde
 
 configure_logging("json", "info")  # on stderr: stdout carries the acknowledgements
 
@@ -62,15 +62,6 @@ while True:
     while syncing and syncing[0][1].done():
         print(syncing.popleft()[0], flush=True)
 """
-
-
-def events_of(i: int) -> list[bytes]:
-    """Transaction i's events, the same in every process: mostly small, every 5th spans
-    several 64 KiB blocks and parts."""
-    rng = random.Random(i)
-    if i % 5 == 0:
-        return [rng.randbytes(40_000) for _ in range(rng.randint(3, 20))]
-    return [rng.randbytes(rng.randint(0, 2000)) for _ in range(rng.randint(1, 6))]
 
 
 @pytest.mark.parametrize("policy", ["transaction", "transaction-nowait", "interval", "os"])

@@ -15,21 +15,19 @@ import pytest
 
 from replicad.relay.manifest import load_manifest
 from replicad.relay.reader import RelayReader
-from tests.daemon_process import wait_for
-from tests.integration.test_kafka_sink import (  # noqa: F401 - the shop fixture
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.kafka_helpers import start_broker, stop_broker
+from tests.helpers.kafka_run import (
     BackgroundWriter,
     KafkaReplicad,
     duplicated,
     fold,
-    master_gtid,
     normalise_expected,
     read_topics,
-    shop,
     tables_state,
     wait_caught_up,
 )
-from tests.integration.test_position_cli_local import master_status as binlog_end
-from tests.kafka_helpers import start_broker, stop_broker
+from tests.helpers.position_cli import master_status as binlog_end
 
 pytestmark = pytest.mark.faults
 
@@ -55,7 +53,7 @@ def relay_replicad(tmp_path: Path, kafka: str, prefix: str, relay_yaml: str, ser
     return replicad, relay_dir
 
 
-def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(shop, kafka, tmp_path) -> None:  # noqa: F811
+def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(shop, kafka, tmp_path) -> None:
     conn, db = shop
     prefix = f"r{uuid.uuid4().hex[:8]}"
     replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "", 7301)
@@ -116,7 +114,7 @@ def relay_end(relay_dir: Path) -> tuple[str, int] | None:
     return None if last is None else (last.file, last.pos)
 
 
-def test_a_full_relay_applies_back_pressure_and_loses_nothing(shop, kafka, tmp_path) -> None:  # noqa: F811
+def test_a_full_relay_applies_back_pressure_and_loses_nothing(shop, kafka, tmp_path) -> None:
     conn, db = shop
     prefix = f"r{uuid.uuid4().hex[:8]}"
     replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "  max_bytes: 1048576\n", 7302)

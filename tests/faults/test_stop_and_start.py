@@ -29,10 +29,10 @@ import orjson
 import pymysql
 import pytest
 
-from tests.conftest import MARIADB_PORT, _connect
-from tests.daemon_process import DaemonProcess, wait_for
-from tests.kafka_helpers import Record, consume_all, start_broker, stop_broker
-from tests.tcp_proxy import FaultProxy
+from tests.helpers.daemon_process import DaemonProcess, wait_for
+from tests.helpers.kafka_helpers import Record, consume_all, start_broker, stop_broker
+from tests.helpers.mariadb import MARIADB_PORT, connect_root
+from tests.helpers.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
 
@@ -127,7 +127,7 @@ class Inserter:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        conn = _connect()
+        conn = connect_root()
         with conn.cursor() as cur:
             while not self._stop.is_set():
                 row = (self.next_id, "x" * self.width)

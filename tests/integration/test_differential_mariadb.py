@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from replicad.binlog import decoder_choice, rows
 from replicad.binlog.values import Geometry
-from tests.binlog_helpers import binlog_position, changes_since
+from tests.helpers.binlog_helpers import binlog_position, changes_since
 
 pytestmark = pytest.mark.integration
 

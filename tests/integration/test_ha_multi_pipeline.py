@@ -17,8 +17,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from tests.conftest import MARIADB_PORT
-from tests.daemon_process import ROOT, DaemonProcess, wait_for
+from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
+from tests.helpers.mariadb import MARIADB_PORT
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.sinks.kafka_admin import TAIL_WINDOW, read_position
-from tests.kafka_helpers import create_topics, delete_topics
+from tests.helpers.kafka_helpers import create_topics, delete_topics
 
 pytestmark = pytest.mark.integration
 

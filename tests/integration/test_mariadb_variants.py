@@ -24,7 +24,7 @@ from replicad.binlog.events import (
 )
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import RowsEvent
-from tests.binlog_helpers import binlog_files_since, binlog_position, changes_since
+from tests.helpers.binlog_helpers import binlog_files_since, binlog_position, changes_since
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,9 +106,9 @@ def test_compressed_query_and_rows_events(table, mariadb) -> None:
     _exec(conn, "SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
     try:
         # log_bin_compress is read at session start: use a new connection.
-        from tests.conftest import _connect
+        from tests.helpers.mariadb import connect_root
 
-        writer = _connect(database=name)
+        writer = connect_root(database=name)
         _exec(
             writer,
             "CREATE TABLE c (id INT PRIMARY KEY, payload TEXT, n DECIMAL(8,3))",

@@ -1,4 +1,4 @@
-"""replicad against a scripted MySQL 8.0.36 primary (`tests/mysql8_peer.py`); no MariaDB needed.
+"""replicad against a scripted MySQL 8.0.36 primary, no MariaDB (tests/helpers/mysql8_peer.py).
 
 What only MySQL 8 does is exercised here: caching_sha2_password full authentication over RSA
 (and TLS), COM_BINLOG_DUMP_GTID with the executed set, GTID-skipped transactions announced by a
@@ -38,8 +38,8 @@ from replicad.config import SourceConfig
 from replicad.source.start import initial_position
 from replicad.source.stream import Reconnected, ReplicaStream, open_connection, server_info
 from replicad.source.transactions import Commit, TransactionAssembler, TransactionUnit
-from tests.daemon_process import DaemonProcess, wait_for
-from tests.mysql8_peer import (
+from tests.helpers.daemon_process import DaemonProcess, wait_for
+from tests.helpers.mysql8_peer import (
     OTHER_UUID,
     SERVER_UUID,
     Binlog,

@@ -5,38 +5,16 @@ running daemon is never moved under its feet, and a set position is where it con
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import _connect
-from tests.daemon_process import ROOT, wait_for
-from tests.integration.test_run_mariadb import Replicad
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.mariadb_run import Replicad
+from tests.helpers.position_cli import cli, master_status
 
 pytestmark = pytest.mark.integration
-
-
-def cli(replicad: Replicad, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "replicad.cli", *args, "-c", str(replicad.config)],
-        cwd=ROOT,
-        env=replicad.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def master_status() -> tuple[str, int]:
-    conn = _connect()
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    conn.close()
-    return str(file), int(pos)
 
 
 def stored(replicad: Replicad) -> dict[str, Any] | None:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from tests.daemon_process import wait_for
-from tests.integration.test_position_cli_local import cli, master_status
-from tests.integration.test_run_mariadb import Replicad
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.mariadb_run import Replicad
+from tests.helpers.position_cli import cli, master_status
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from replicad.errors import AuthError, ConnectError, ServerError, TlsError
 from replicad.protocol.auth import ed25519_public_key
 from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
-from tests.conftest import MARIADB_PORT
+from tests.helpers.mariadb import MARIADB_PORT
 
 pytestmark = pytest.mark.integration
 

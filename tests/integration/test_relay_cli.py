@@ -23,8 +23,8 @@ from replicad.relay.manifest import MANIFEST, load_manifest
 from replicad.relay.records import BLOCK_SIZE, HEADER_SIZE
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.source.transactions import Begin, Commit, TransactionAssembler
-from tests.binlog_helpers import binlog_files_since, binlog_position
-from tests.relay_helpers import crash
+from tests.helpers.binlog_helpers import binlog_files_since, binlog_position
+from tests.helpers.relay_helpers import crash
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,15 +15,9 @@ import pytest
 
 from replicad.relay.manifest import load_manifest
 from replicad.relay.reader import RelayReader
-from tests.conftest import MARIADB_PORT
-from tests.daemon_process import DaemonProcess
-from tests.integration.test_run_mariadb import (  # noqa: F401 - the workdb fixture
-    Replicad,
-    assert_converged,
-    duplicates,
-    random_workload,
-    workdb,
-)
+from tests.helpers.daemon_process import DaemonProcess
+from tests.helpers.mariadb import MARIADB_PORT
+from tests.helpers.mariadb_run import Replicad, assert_converged, duplicates, random_workload
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +55,7 @@ def comparable(changes: list[dict[str, Any]], db: str) -> list[tuple[Any, ...]]:
     return out
 
 
-def test_relay_publishes_exactly_what_the_direct_stream_does(workdb, tmp_path) -> None:  # noqa: F811
+def test_relay_publishes_exactly_what_the_direct_stream_does(workdb, tmp_path) -> None:
     conn, db = workdb
     relayed = RelayReplicad(tmp_path / "relayed", server_id=5201)
     (tmp_path / "direct").mkdir()
@@ -94,7 +88,7 @@ def test_relay_publishes_exactly_what_the_direct_stream_does(workdb, tmp_path) -
     assert len(opened) == 1
 
 
-def test_restarts_resume_the_relay_and_a_lost_relay_is_refetched(workdb, tmp_path) -> None:  # noqa: F811
+def test_restarts_resume_the_relay_and_a_lost_relay_is_refetched(workdb, tmp_path) -> None:
     conn, db = workdb
     replicad = RelayReplicad(tmp_path, server_id=5203)
     replicad.start()
@@ -137,7 +131,7 @@ def source_key(change: dict[str, Any]) -> tuple[str, int, int]:
     return s["file"], s["pos"], s["row"]
 
 
-def test_a_damaged_relay_fails_clearly_or_is_refetched(workdb, tmp_path) -> None:  # noqa: F811
+def test_a_damaged_relay_fails_clearly_or_is_refetched(workdb, tmp_path) -> None:
     """A relay damaged while replicad was stopped: with `on_corruption: fail` the start
     fails with an error naming the file; with `refetch` the relay is dropped and read again
     from the primary, and nothing is lost."""

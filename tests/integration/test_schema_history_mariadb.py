@@ -20,17 +20,17 @@ import pytest
 
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import TableMapEvent
-from tests.binlog_helpers import binlog_files_since, binlog_position
-from tests.conftest import _connect
-from tests.daemon_process import wait_for
-from tests.integration.test_run_mariadb import Replicad
+from tests.helpers.binlog_helpers import binlog_files_since, binlog_position
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.mariadb import connect_root
+from tests.helpers.mariadb_run import Replicad
 
 pytestmark = pytest.mark.integration
 
 
 @contextlib.contextmanager
 def row_metadata(value: str) -> Iterator[None]:
-    root = _connect()
+    root = connect_root()
     try:
         with root.cursor() as cur:
             cur.execute(f"SET GLOBAL binlog_row_metadata = '{value}'")

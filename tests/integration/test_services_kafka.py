@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka_helpers import (
+from tests.helpers.kafka_helpers import (
     consume_all,
     create_topics,
     delete_topics,

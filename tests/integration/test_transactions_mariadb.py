@@ -10,7 +10,7 @@ from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
-from tests.binlog_helpers import binlog_files_since, binlog_position
+from tests.helpers.binlog_helpers import binlog_files_since, binlog_position
 
 pytestmark = pytest.mark.integration
 

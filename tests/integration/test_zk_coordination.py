@@ -46,7 +46,7 @@ from replicad.coordination.zk import (
     submit_command,
     wait_command,
 )
-from tests.zk_helpers import (
+from tests.helpers.zk_helpers import (
     DIGEST,
     ROOT,
     TEST_PASSWORD,
@@ -226,7 +226,7 @@ async def test_stopped_zombie_is_invalid_on_waking(
         [
             sys.executable,
             "-m",
-            "tests.zk_helpers",
+            "tests.helpers.zk_helpers",
             "zombie",
             "--hosts",
             zookeeper,

@@ -28,7 +28,7 @@ from replicad.coordination.zk import (
     ZkPaths,
     read_pipeline_state,
 )
-from tests.zk_helpers import (
+from tests.helpers.zk_helpers import (
     ZkSaslServer,
     raw_client,
     read_json,

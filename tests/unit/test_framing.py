@@ -1,7 +1,7 @@
 """Framing details: 4- vs 6-byte table ids, ROTATE (real and artificial), ROWS v1 written by
 MySQL 5.x, binlogs without checksums, and a file split across events of every size.
 
-Fixtures come from tests/fixtures/events.py (built from the MySQL source layouts). The 4-byte
+Fixtures come from tests/helpers/events.py (built from the MySQL source layouts). The 4-byte
 table-id variant is what servers wrote before MySQL 5.1.4 changed TABLE_MAP's post-header from
 6 to 8 bytes (Table_map_event: TABLE_MAP_HEADER_LEN); the parser must key on that length."""
 
@@ -13,7 +13,7 @@ from replicad.binlog.events import RotateEvent
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.parser import BinlogParser
 from replicad.binlog.rows import RowsEvent, TableMapEvent
-from tests.fixtures import events as ev
+from tests.helpers import events as ev
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """MySQL 8.x / 9.x binlog events that no server on this machine can write.
 
 Only MariaDB runs here, so every MySQL-only format is exercised with byte fixtures built by
-tests/fixtures/events.py from the documented MySQL layouts (each builder names its source);
+tests/helpers/events.py from the documented MySQL layouts (each builder names its source);
 a few are also written out as literal hex. Every test asserts concrete decoded values.
 """
 
@@ -47,7 +47,7 @@ from replicad.errors import (
     UnknownEventError,
     UnsupportedError,
 )
-from tests.fixtures import events as ev
+from tests.helpers import events as ev
 
 pytestmark = pytest.mark.unit
 

@@ -31,7 +31,7 @@ from replicad.errors import AuthError, ConnectError, ConnectionLostError, TlsErr
 from replicad.protocol.handshake import Capability, TlsMode, TlsSettings
 from replicad.protocol.packets import frame, write_lenenc_bytes
 from replicad.protocol.transport import connect
-from tests.unit.test_protocol_connection import OK, PASSWORD, greeting
+from tests.helpers.server_packets import OK, PASSWORD, greeting
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,7 @@ from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import MANIFEST, SegmentInfo, load_manifest
 from replicad.relay.reader import RelayReader, binlog_key, first_segment
 from replicad.relay.writer import RelayOptions, RelayWriter
-from tests.relay_helpers import Txn, crash, fake_fde, random_transactions
+from tests.helpers.relay_helpers import Txn, crash, fake_fde, random_transactions
 
 SMALL = RelayOptions(segment_bytes=256 * 1024, part_bytes=64 * 1024, fsync="os")
 

@@ -1,6 +1,6 @@
 """Schema history (replicad.source.schema): DDL applied to a snapshot, persistence with
 trimming to the stored position, and TableMapEvent.apply_schema on MINIMAL-metadata maps built
-from the byte fixtures of tests/fixtures/events.py."""
+from the byte fixtures of tests/helpers/events.py."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from replicad.source.schema import (
     default_history_path,
     snapshot,
 )
-from tests.fixtures import events as ev
+from tests.helpers import events as ev
 
 pytestmark = pytest.mark.unit
 

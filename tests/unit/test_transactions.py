@@ -13,7 +13,7 @@ from replicad.binlog.files import iter_file_events, iter_raw_events
 from replicad.binlog.gtid import GtidSet
 from replicad.binlog.position import Position
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
-from tests.fixtures import events as ev
+from tests.helpers import events as ev
 
 pytestmark = pytest.mark.unit
 

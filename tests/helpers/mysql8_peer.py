@@ -4,7 +4,7 @@ Debian 12 ships MariaDB only, so the MySQL-8-only parts of being a replica (cach
 full authentication, COM_BINLOG_DUMP_GTID, PREVIOUS_GTIDS, TRANSACTION_PAYLOAD, heartbeats
 v1/v2, ERR 1236 for purged GTIDs) are exercised against this peer. It speaks the protocol
 from the documented layouts, not from replicad's code: packets are framed here, event bytes
-come from `tests/fixtures/events.py` (which imports nothing from replicad); only the GTID set
+come from `tests/helpers/events.py` (which imports nothing from replicad); only the GTID set
 of a dump request is decoded with `replicad.binlog.gtid.GtidSet.decode`, whose own unit tests
 pin it to MySQL's encoding.
 
@@ -69,7 +69,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from replicad.binlog.gtid import Gtid, GtidSet
-from tests.fixtures import events as ev
+from tests.helpers import events as ev
 
 MYSQL_VERSION = "8.0.36"
 SERVER_ID = 1

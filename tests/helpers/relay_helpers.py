@@ -61,3 +61,12 @@ def crash(writer: RelayWriter) -> None:
         os.close(writer._fd)
         writer._fd = None
     writer._process_lock.release()
+
+
+def events_of(i: int) -> list[bytes]:
+    """Transaction i's events, the same in every process: mostly small, every 5th spans
+    several 64 KiB blocks and parts."""
+    rng = random.Random(i)
+    if i % 5 == 0:
+        return [rng.randbytes(40_000) for _ in range(rng.randint(3, 20))]
+    return [rng.randbytes(rng.randint(0, 2000)) for _ in range(rng.randint(1, 6))]

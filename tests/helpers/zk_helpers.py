@@ -2,7 +2,7 @@
 (scripts/services.sh zk-instance / zk-ensemble / zk-sasl), unique roots deleted afterwards, a
 raw kazoo client to look at nodes from outside replicad, a forced session expiry, polling with
 deadlines, and a leader that runs as a subprocess so that a test can SIGSTOP it
-(`python -m tests.zk_helpers zombie`).
+(`python -m tests.helpers.zk_helpers zombie`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kazoo.exceptions import NoNodeError
 
 from replicad.config import ZookeeperConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts/services.sh"
 TEST_USER = "replicad-test"
 TEST_PASSWORD = "zk-test-secret"
@@ -308,7 +308,7 @@ async def _zombie(hosts: str, root: str, pipeline: str, session_timeout_s: float
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.zk_helpers")
+    parser = argparse.ArgumentParser(prog="python -m tests.helpers.zk_helpers")
     sub = parser.add_subparsers(dest="command", required=True)
     zombie = sub.add_parser("zombie", help="a leader that reports its lease every 50 ms")
     zombie.add_argument("--hosts", required=True)

@@ -1,0 +1,159 @@
+"""What the benchmarks share: child processes (run one and sample its peak RSS, the JSON result
+a child prints), CPU figures from /proc, and the plain-text result tables.
+
+Imported as `common` when a script runs as `python bench/X.py` (bench/ is sys.path[0]) and as
+`bench.common` when it is imported as a module."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+RSS_SAMPLE_SECONDS = 0.005
+
+# --------------------------------------------------------------------------- processes
+
+
+def vm_kb(field_name: str, pid: int | str = "self") -> int | None:
+    """A memory figure (kB) of a process from /proc: VmHWM is the peak RSS of its current
+    address space, so unlike ru_maxrss it does not include the parent's RSS at fork/exec."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def python_env() -> dict[str, str]:
+    """This environment, with the repository first on PYTHONPATH (for bench/ and replicad in
+    a child Python)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float, sig: int = signal.SIGTERM) -> None:
+    """Signal a running process and wait for it; SIGKILL it if it outlives `timeout`."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def run_process(cmd: list[str], *, capture: bool) -> tuple[int, float, int | None, str]:
+    """Run cmd: exit code, wall seconds, peak RSS in kB and stdout.
+
+    The peak RSS is the child's VmHWM, sampled every few ms until it exits (VmHWM only
+    grows). ru_maxrss (wait4, RUSAGE_CHILDREN) cannot be used: Linux carries the RSS of the
+    process that forked/exec'd over into the child's maxrss, so every child would report at
+    least this parent's peak."""
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, stdout=out if capture else subprocess.DEVNULL, env=python_env()
+        )
+        peak: int | None = None
+        while proc.poll() is None:
+            sample = vm_kb("VmHWM", proc.pid)
+            if sample is not None:
+                peak = max(peak or 0, sample)
+            time.sleep(RSS_SAMPLE_SECONDS)
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        return proc.returncode, seconds, peak, out.read().decode()
+
+
+def child_outcome(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """In a child process: what `work` returns, or its traceback as the error (reported by
+    the parent), with the child's peak RSS (`peak_rss_kb`)."""
+    try:
+        result = work()
+    except Exception:
+        result = {"error": traceback.format_exc()}
+    result["peak_rss_kb"] = vm_kb("VmHWM")
+    return result
+
+
+def child_result(code: int, out: str) -> dict[str, Any]:
+    """In the parent: the JSON result a child printed last, or an error naming its exit."""
+    try:
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"error": f"child exited {code} without a result (stderr above)"}
+    if code != 0 and "error" not in result:
+        result["error"] = f"child exited {code}"
+    return result
+
+
+def peak_kb(*samples: int | None) -> int | None:
+    """The largest of the peak-RSS figures that are known."""
+    known = [kb for kb in samples if kb is not None]
+    return max(known) if known else None
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+def stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: field N of proc(5) is item N - 3 (None if
+    the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", errors="replace") as stat:  # comm: any bytes
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_ticks(fields: list[str]) -> int:
+    """utime + stime (fields 14 and 15 of proc(5)) of parsed stat fields."""
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_seconds(pid: int | str) -> float | None:
+    """utime + stime of a process, from /proc/<pid>/stat (None if it is gone)."""
+    fields = stat_fields(pid)
+    return None if fields is None else cpu_ticks(fields) / CLK_TCK
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the machine, all cores, from /proc/stat. Busy is user, nice,
+    system, irq, softirq and steal (guest time is counted in user already); total adds idle
+    and iowait."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = values
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def grid(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned, a rule
+    under the head."""
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+
+    def fmt(row: tuple[str, ...]) -> str:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        return "  ".join(cells)
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(head), rule, *(fmt(row) for row in rows)])
