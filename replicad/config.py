@@ -255,7 +255,8 @@ class ZookeeperAuthConfig(_Strict):
 
 
 class ZookeeperConfig(_Strict):
-    """Leader election, fencing and the position copy in ZooKeeper (ARCHITECTURE §4)."""
+    """Leader election, fencing and the position copy in ZooKeeper (docs/architecture.md,
+    "ZooKeeper layout")."""
 
     hosts: str = Field(min_length=1)  # "host:port,host:port" (kazoo connect string)
     root: str = Field("/replicad", pattern=r"^(/[^/]+)+$")
@@ -302,7 +303,7 @@ class RelayRetentionConfig(_Strict):
 
 
 class RelayConfig(_Strict):
-    """The local relay log (ARCHITECTURE §5). Durability of `fsync`: `transaction` -
+    """The local relay log (docs/relay-format.md). Durability of `fsync`: `transaction` -
     every transaction on disk before it is published; `interval` - at most
     `fsync_interval_ms` of transactions lost on power loss (re-fetched from the primary);
     `os` - the page cache decides. A process crash loses nothing under any policy."""

@@ -27,7 +27,7 @@ from replicad.errors import CompiledDecoderMissingError
 try:
     from replicad.binlog import _speedups
 except ImportError as exc:  # not compiled (no compiler at install time): pure Python only
-    _speedups = None
+    _speedups = None  # type: ignore[assignment]  # optional module: None when not compiled
     _import_error: ImportError | None = exc
 else:
     _import_error = None

@@ -64,7 +64,7 @@ _header = struct.Struct("<IBIIIH")
 
 # Post-header lengths of a MySQL 5.6+/MariaDB binlog v4, used until an FDE says otherwise
 # (a dump stream sends a ROTATE before its FDE).
-_DEFAULT_POST_HEADERS = {
+_DEFAULT_POST_HEADERS: dict[int, int] = {
     EventType.QUERY: 13,
     EventType.ROTATE: 8,
     EventType.TABLE_MAP: 8,

@@ -1,4 +1,4 @@
-"""Position: the point *after* a committed transaction (docs/architecture.md, positions).
+"""Position: the point *after* a committed transaction (docs/architecture.md).
 
 A position always has `file:pos` (the offset of the first event after the commit) and, when
 the primary has GTIDs, the executed GTID set (MySQL) or the per-domain GTID position (MariaDB).

@@ -396,8 +396,8 @@ def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> Non
                 column.vector_dimensions = dims
         # Unknown field types are skipped by length, as the server's own reader does.
         pos = stop
-    for column, collation in zip(enum_set, enum_set_collations, strict=False):
-        column.collation = collation
+    for column, member_collation in zip(enum_set, enum_set_collations, strict=False):
+        column.collation = member_collation
     for group, raw in ((enums, enum_raw), (sets, set_raw)):
         for column, values in zip(group, raw, strict=False):
             names = [_decode_member(v, column, event.mariadb) for v in values]

@@ -128,7 +128,7 @@ def _join(*parts: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ZkPaths:
-    """`<root>/<cluster>/pipelines/<pipeline>/...` (ARCHITECTURE §4)."""
+    """`<root>/<cluster>/pipelines/<pipeline>/...` (docs/architecture.md, "ZooKeeper layout")."""
 
     root: str
     cluster: str

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import time
 from collections import deque
@@ -186,7 +187,7 @@ class RelayedStream:
             assembler = UnitAssembler(after, part_bytes=self.part_bytes) if not skipping else None
             name = info.name
             try:
-                for chunk in scan.chunks(stop=lambda name=name: self._committed_end(name)):
+                for chunk in scan.chunks(stop=functools.partial(self._committed_end, name)):
                     if assembler is None:
                         if chunk.commit is not None and binlog_key(chunk.commit.position) >= key:
                             resume = chunk.commit.position

@@ -1,5 +1,5 @@
-"""The checkpoint rule (ARCHITECTURE §3): store a position only when the messages up to it,
-and all earlier ones, are acknowledged by every sink.
+"""The checkpoint rule (docs/architecture.md, "Positions and delivery"): store a position
+only when the messages up to it, and all earlier ones, are acknowledged by every sink.
 
 The pipeline places a numbered mark after each transaction (and every `checkpoint.rows` rows
 inside a huge one); each sink reports the highest mark it has fully delivered; the position of

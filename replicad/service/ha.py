@@ -1,5 +1,5 @@
-"""`replicad run` with ZooKeeper (ARCHITECTURE §4): a worker campaigns for each of its
-pipelines, leads at most `coordination.zookeeper.max_pipelines` of them at once, and runs a
+"""`replicad run` with ZooKeeper (docs/architecture.md, "ZooKeeper layout"): a worker
+campaigns for each of its pipelines, leads at most `coordination.zookeeper.max_pipelines` of them at once, and runs a
 pipeline only while it leads it.
 
 - The position and the schema history live in ZooKeeper; every write is fenced by the
@@ -310,7 +310,7 @@ def zk_change_position(
                 raise CommandError(
                     "the leader rejected the change",
                     command=command.id,
-                    reason=(done.result or {}).get("error"),
+                    error=(done.result or {}).get("error"),
                 )
             return dict(done.result or {}, command=command.id)
         if not force:

@@ -3,7 +3,8 @@
 The pipeline publishes rows as it decodes them and, at the end of every transaction (and every
 `checkpoint.rows` rows inside a huge one), calls `mark(seq, position)`. A sink reports through
 `acked()` the highest mark whose messages, and those of every earlier mark, are delivered;
-the pipeline stores the position of the lowest such mark over all its sinks (ARCHITECTURE §3).
+the pipeline stores the position of the lowest such mark over all its sinks
+(docs/architecture.md, "Positions and delivery").
 """
 
 from __future__ import annotations

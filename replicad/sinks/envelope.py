@@ -1,4 +1,5 @@
-"""The message envelope (ARCHITECTURE §6) and the JSON mapping of column values.
+"""The message envelope (docs/architecture.md, "Message format") and the JSON mapping of
+column values.
 
 Value mapping: DECIMAL as string; DATE/DATETIME as ISO-8601 (TIMESTAMP in UTC with 'Z');
 TIME as `[-]HH:MM:SS[.ffffff]` (hours may exceed 24, so it is not a time of day);
@@ -124,8 +125,8 @@ def change_envelope(
     ts_ms: int,
     transaction: dict[str, Any] | None = None,
 ) -> dict:
-    """The Kafka message value, shaped like Debezium's MySQL envelope (ARCHITECTURE §6) so
-    that Debezium-JSON consumers read it unchanged. `op`, `before` and `after` are passed in
+    """The Kafka message value, shaped like Debezium's MySQL envelope (docs/architecture.md,
+    "Message format") so that Debezium-JSON consumers read it unchanged. `op`, `before` and `after` are passed in
     because a primary-key change is split into a delete and a create."""
     json_columns = change.json_columns
     return {

@@ -263,14 +263,14 @@ class SchemaHistory:
             # Every transaction repeats its TABLE_MAPs: one named copy serves them all (its
             # compiled row decoders with it) while layout and table version stay the same.
             cache_key = (table_map.layout_key, table_map.mariadb, table)
-            named = self._named.get(cache_key)
-            if named is None:
-                named = table_map.named(table)
-                if not isinstance(named, str):
-                    if len(self._named) >= _NAMED_MAPS_MAX:
-                        del self._named[next(iter(self._named))]
-                    self._named[cache_key] = named
+            cached = self._named.get(cache_key)
+            if cached is not None:
+                return cached
+            named = table_map.named(table)
             if not isinstance(named, str):
+                if len(self._named) >= _NAMED_MAPS_MAX:
+                    del self._named[next(iter(self._named))]
+                self._named[cache_key] = named
                 return named
             reason = named
         if (key, table) not in self._warned:  # once per table version, not per transaction

@@ -13,6 +13,10 @@ from replicad.protocol.transport import AsyncConnection
 from replicad.source.stream import ServerInfo
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
     """Where to start when no position is stored, from `source.start`."""
     if start == "latest":
@@ -20,7 +24,7 @@ async def initial_position(conn: AsyncConnection, info: ServerInfo, start: objec
         if not status.rows:
             raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
         row = status.rows[0]
-        file, pos = str(row[0]), int(row[1])
+        file, pos = _text(row[0]), int(_text(row[1]))
         if not info.mariadb and info.gtid_mode and len(row) > 4 and row[4] is not None:
             # MySQL's Executed_Gtid_Set is exactly the set at this file:pos.
             executed = str(row[4]).replace("\n", "")

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import structlog
 
-from replicad.binlog.events import Event, EventType, HeartbeatEvent
+from replicad.binlog.events import Event, HeartbeatEvent
 from replicad.binlog.parser import BinlogParser, version_tuple
 from replicad.binlog.position import Position
 from replicad.config import ReconnectConfig, SourceConfig
@@ -43,7 +43,6 @@ from replicad.source.transactions import TransactionUnit, UnitAssembler
 log = structlog.get_logger("replicad.source")
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
-_HEARTBEATS = frozenset(bytes([code]) for code in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
 
 
 class PositionLostError(ReplicadError):
@@ -218,6 +217,10 @@ async def _scalar(conn: AsyncConnection, sql: str) -> str:
     return value or ""
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 async def _variable(conn: AsyncConnection, name: str) -> str | None:
     result = await conn.query(f"SHOW GLOBAL VARIABLES LIKE '{name}'")
     if not result.rows:
@@ -265,8 +268,9 @@ class ReplicaStream:
             assembler = UnitAssembler(position, part_bytes=self.source.unit_part_bytes)
             try:
                 async for raw, events in self._decode(conn):
-                    if raw[4:5] in _HEARTBEATS:  # in no transaction: not stored, not resumed
-                        yield events[0]
+                    heartbeat = events[0]
+                    if isinstance(heartbeat, HeartbeatEvent):  # in no transaction, not stored
+                        yield heartbeat
                         continue
                     unit = assembler.feed(raw, events)
                     if unit is not None:
@@ -352,7 +356,7 @@ class ReplicaStream:
             log.debug("replica_list_unavailable", error=str(exc))
             return
         for row in hosts.rows:
-            server_id = int(row[0])
+            server_id = int(_text(row[0]))
             host = row[1].decode() if isinstance(row[1], bytes) else str(row[1] or "")
             if server_id == self.source.server_id and host != self.report_host:
                 raise ConfigError(

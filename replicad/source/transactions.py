@@ -113,8 +113,8 @@ class TransactionAssembler:
             gtid = None if event.anonymous else Gtid(uuid.UUID(event.uuid), event.tag, event.gno)
             return [self._begin(gtid, event, group=False)]
         if isinstance(event, MariaGtidEvent):
-            gtid = MariaGtid(event.domain_id, event.header.server_id, event.seq_no)
-            return [self._begin(gtid, event, group=not event.standalone)]
+            maria = MariaGtid(event.domain_id, event.header.server_id, event.seq_no)
+            return [self._begin(maria, event, group=not event.standalone)]
         if isinstance(event, XidEvent):
             return self._commit(event, xid=event.xid)
         if isinstance(event, XaPrepareEvent):

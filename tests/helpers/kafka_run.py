@@ -200,7 +200,8 @@ def _time_text(value: dt.timedelta) -> str:
 
 
 def _expected_value(column: str, value: Any) -> Any:
-    """The documented JSON mapping (ARCHITECTURE §6) of what PyMySQL returns."""
+    """The documented JSON mapping (docs/architecture.md, "Message format") of what PyMySQL
+    returns."""
     if value is None:
         return None
     if column == "bits":

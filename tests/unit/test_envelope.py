@@ -1,4 +1,5 @@
-"""The JSON mapping of column values in the change envelope (ARCHITECTURE §6)."""
+"""The JSON mapping of column values in the change envelope (docs/architecture.md,
+"Message format")."""
 
 from __future__ import annotations
 
