@@ -1,6 +1,6 @@
 """`replicad run` with ZooKeeper (docs/architecture.md, "ZooKeeper layout"): a worker
-campaigns for each of its pipelines, leads at most `coordination.zookeeper.max_pipelines` of them at once, and runs a
-pipeline only while it leads it.
+campaigns for each of its pipelines, leads at most `coordination.zookeeper.max_pipelines` of
+them at once, and runs a pipeline only while it leads it.
 
 - The position and the schema history live in ZooKeeper; every write is fenced by the
   leader's epoch (coordination.zk_store over coordination.zk), so a deposed leader cannot

@@ -126,8 +126,8 @@ def change_envelope(
     transaction: dict[str, Any] | None = None,
 ) -> dict:
     """The Kafka message value, shaped like Debezium's MySQL envelope (docs/architecture.md,
-    "Message format") so that Debezium-JSON consumers read it unchanged. `op`, `before` and `after` are passed in
-    because a primary-key change is split into a delete and a create."""
+    "Message format") so that Debezium-JSON consumers read it unchanged. `op`, `before` and
+    `after` are passed in because a primary-key change is split into a delete and a create."""
     json_columns = change.json_columns
     return {
         "before": _row(before, json_columns),
