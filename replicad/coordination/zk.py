@@ -1,8 +1,8 @@
 """ZooKeeper coordination: leader election, fencing epochs, the leadership lease, and the
 pipeline's state for operators (docs/architecture.md, "ZooKeeper layout"). This module is
 the public face; the code is in `zk_client` (connection, paths, errors), `zk_leadership`
-(election, lease), `zk_writes` (the leader's fenced writes, status), `zk_slots` (how many pipelines a worker leads) and
-`zk_ops` (node formats, commands, operator helpers).
+(election, lease), `zk_writes` (the leader's fenced writes, status), `zk_slots` (how many
+pipelines a worker leads) and `zk_ops` (node formats, commands, operator helpers).
 
 Layout, per pipeline, under `<root>/<cluster>/pipelines/<pipeline>/`:
 
