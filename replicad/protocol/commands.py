@@ -256,6 +256,11 @@ def parse_text_row(
     return tuple(values)
 
 
+def cell_text(value: str | bytes | None) -> str:
+    """A result-set value as text: binary strings decoded as UTF-8, anything else as str()."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class ResultSetReader:
     """Consumes a COM_QUERY reply after its first packet (the column count) was read.
 

@@ -17,6 +17,7 @@ import structlog
 from replicad.binlog.position import Position
 from replicad.config import Config, StartConfig
 from replicad.errors import ConfigError, InvalidPositionError, ServerError
+from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.source.schema import SchemaHistory, snapshot
 from replicad.source.start import initial_position
@@ -76,7 +77,7 @@ async def resolve_position(
 
 async def _check_file_position(conn: AsyncConnection, file: str, pos: int) -> None:
     logs = await conn.query("SHOW BINARY LOGS")
-    sizes = {_text(row[0]): int(_text(row[1])) for row in logs.rows}
+    sizes = {cell_text(row[0]): int(cell_text(row[1])) for row in logs.rows}
     if file not in sizes:
         known = sorted(sizes)
         raise PositionValueError(
@@ -97,10 +98,6 @@ async def _check_file_position(conn: AsyncConnection, file: str, pos: int) -> No
         raise PositionValueError(
             "the offset is not the start of an event", file=file, pos=pos, server=exc.message
         ) from None
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def describe_position(position: dict[str, Any] | None) -> str:

@@ -8,13 +8,9 @@ from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.config import StartConfig
 from replicad.errors import ConfigError, GtidError, ServerError
-from replicad.protocol.commands import ResultSet
+from replicad.protocol.commands import ResultSet, cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.source.stream import ServerInfo
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
@@ -24,7 +20,7 @@ async def initial_position(conn: AsyncConnection, info: ServerInfo, start: objec
         if not status.rows:
             raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
         row = status.rows[0]
-        file, pos = _text(row[0]), int(_text(row[1]))
+        file, pos = cell_text(row[0]), int(cell_text(row[1]))
         if not info.mariadb and info.gtid_mode and len(row) > 4 and row[4] is not None:
             # MySQL's Executed_Gtid_Set is exactly the set at this file:pos.
             executed = str(row[4]).replace("\n", "")

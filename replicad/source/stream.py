@@ -35,7 +35,7 @@ from replicad.errors import (
     TlsError,
 )
 from replicad.exit_codes import EXIT_CONFIG
-from replicad.protocol.commands import DUMP_HEARTBEAT_V2
+from replicad.protocol.commands import DUMP_HEARTBEAT_V2, cell_text
 from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
 from replicad.source.transactions import TransactionUnit, UnitAssembler
@@ -217,10 +217,6 @@ async def _scalar(conn: AsyncConnection, sql: str) -> str:
     return value or ""
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 async def _variable(conn: AsyncConnection, name: str) -> str | None:
     result = await conn.query(f"SHOW GLOBAL VARIABLES LIKE '{name}'")
     if not result.rows:
@@ -356,7 +352,7 @@ class ReplicaStream:
             log.debug("replica_list_unavailable", error=str(exc))
             return
         for row in hosts.rows:
-            server_id = int(_text(row[0]))
+            server_id = int(cell_text(row[0]))
             host = row[1].decode() if isinstance(row[1], bytes) else str(row[1] or "")
             if server_id == self.source.server_id and host != self.report_host:
                 raise ConfigError(

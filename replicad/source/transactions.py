@@ -204,7 +204,6 @@ class TransactionUnit:
     events: list[Event]  # decoded, with the events inside a TRANSACTION_PAYLOAD after it
     size: int  # len of all `raw`
     part: int = 0
-    commit: Commit | None = None  # the last part only
 
     @property
     def first(self) -> bool:
@@ -226,17 +225,11 @@ class UnitAssembler:
         self._gtid: AnyGtid = None
         self._timestamp = 0
 
-    @property
-    def in_transaction(self) -> bool:
-        """A part of the transaction being read was handed out, or some of it was seen."""
-        return self._part > 0 or self._boundaries.in_transaction
-
-    def feed(self, raw: bytes | None, events: Iterable[Event]) -> TransactionUnit | None:
+    def feed(self, raw: bytes, events: Iterable[Event]) -> TransactionUnit | None:
         """Take one event as read (`raw`, its bytes, and what `BinlogParser.decode` made of
         them); returns a unit or a part when one is complete."""
-        if raw is not None:
-            self._raw.append(raw)
-            self._size += len(raw)
+        self._raw.append(raw)
+        self._size += len(raw)
         commit: Commit | None = None
         commit_ts = 0
         for event in events:
@@ -264,7 +257,6 @@ class UnitAssembler:
             self._events,
             self._size,
             self._part,
-            commit,
         )
         self._raw, self._events, self._size = [], [], 0
         if commit is None:
