@@ -203,6 +203,10 @@ class Pipeline:
         lease = self.lease
         async for unit in self.stream.units(self.committed):
             if isinstance(unit, HeartbeatEvent):
+                # While the primary is quiet its heartbeats are the boundaries at which a
+                # due command (or a stop) ends the pipeline: no transaction is in flight.
+                if (self._stop_requested or self.command is not None) and not self._in_transaction:
+                    return
                 continue
             await self._gate.acquire()  # uncontended: no suspension
             try:
