@@ -24,8 +24,9 @@ from replicad.errors import RelayCorruptError, RelayTornError, ReplicadError
 from replicad.relay.files import SegmentScan
 from replicad.relay.inspect import read_manifest
 from replicad.relay.manifest import MANIFEST, segment_number
+from replicad.relay.reader import SegmentItem, SegmentOpened, TornTail, read_segments
 from replicad.relay.records import HEADER_SIZE, FragmentType
-from replicad.relay.segment import MAGIC, CommitRecord, RecordKind, SegmentHeader
+from replicad.relay.segment import MAGIC, CommitRecord, RecordKind
 
 InputKind = Literal["binlog", "relay-segment", "relay-directory"]
 
@@ -79,13 +80,6 @@ def relay_segments(directory: Path) -> list[Path]:
 
 # ---------------------------------------------------------------------------- items
 @dataclass(slots=True, frozen=True)
-class SegmentStart:
-    segment: str
-    header: SegmentHeader
-    header_end: int
-
-
-@dataclass(slots=True, frozen=True)
 class TransactionStart:
     segment: str
     offset: int  # of the transaction's first record
@@ -100,43 +94,13 @@ class TransactionEnd:
     commit: CommitRecord
 
 
-@dataclass(slots=True, frozen=True)
-class TornTail:
-    """The last segment of a directory ends inside a transaction: being written, or torn by a
-    crash (the writer cuts it at its next open). Like the relay reader, it is not served."""
-
-    segment: str
-    offset: int
-    reason: str
-
-
-RelayItem = Event | SegmentStart | TransactionStart | TransactionEnd | TornTail
+RelayItem = Event | SegmentOpened | TransactionStart | TransactionEnd | TornTail
 
 
 def iter_segment(path: Path, *, verify_checksum: bool = True) -> Iterator[RelayItem]:
-    """The decoded events of one segment, between its boundaries: SegmentStart, the header's
-    FORMAT_DESCRIPTION event, then per transaction TransactionStart, its events (those inside
-    a TRANSACTION_PAYLOAD after it), TransactionEnd. Damage raises RelayCorruptError (segment,
-    offset); a decoding error names the segment and the transaction's offset too."""
-    name = path.name
-    scan = SegmentScan(path)
-    header = scan.read_header()
-    yield SegmentStart(name, header, scan.header_end)
-    parser = BinlogParser(
-        verify_checksum=verify_checksum, checksums=header.checksums, source=str(path)
-    )
-    yield from _decode(parser, header.format_description, name, 0)
-    current: int | None = None  # offset of the transaction being decoded
-    for chunk in scan.chunks():
-        if current is None:
-            current = chunk.start
-            commit = chunk.commit or _commit_ahead(path, chunk.start)
-            yield TransactionStart(name, chunk.start, commit.position.file)
-        for raw in chunk.events:
-            yield from _decode(parser, raw, name, chunk.start)
-        if chunk.commit is not None:
-            yield TransactionEnd(name, chunk.start, chunk.end, chunk.commit)
-            current = None
+    """The decoded events of one segment; a segment that ends inside a transaction raises
+    RelayTornError (see iter_relay)."""
+    return _decoded(read_segments([path], torn_tail=False), verify_checksum)
 
 
 def iter_relay(path: Path, *, verify_checksum: bool = True) -> Iterator[RelayItem]:
@@ -144,17 +108,46 @@ def iter_relay(path: Path, *, verify_checksum: bool = True) -> Iterator[RelayIte
     segment may end inside a transaction (being written): that yields TornTail, not an
     error."""
     if not path.is_dir():
-        yield from iter_segment(path, verify_checksum=verify_checksum)
-        return
-    segments = relay_segments(path)
-    for index, segment in enumerate(segments):
-        try:
-            yield from iter_segment(segment, verify_checksum=verify_checksum)
-        except RelayTornError as exc:
-            if index != len(segments) - 1:
-                raise
-            offset = exc.context.get("offset")
-            yield TornTail(segment.name, offset if isinstance(offset, int) else 0, exc.reason)
+        return iter_segment(path, verify_checksum=verify_checksum)
+    return _decoded(read_segments(relay_segments(path)), verify_checksum)
+
+
+def _decoded(items: Iterator[SegmentItem], verify_checksum: bool) -> Iterator[RelayItem]:
+    """Per segment SegmentOpened and the header's FORMAT_DESCRIPTION event, then per
+    transaction TransactionStart, its events (those inside a TRANSACTION_PAYLOAD after it),
+    TransactionEnd. Damage raises RelayCorruptError (segment, offset); a decoding error names
+    the segment and the transaction's offset too."""
+    parser: BinlogParser | None = None
+    path = Path()
+    tail = False
+    current: int | None = None  # offset of the transaction being decoded
+    for item in items:
+        if isinstance(item, SegmentOpened):
+            yield item
+            path, tail = item.path, item.tail
+            parser = BinlogParser(
+                verify_checksum=verify_checksum, checksums=item.header.checksums, source=str(path)
+            )
+            yield from _decode(parser, item.header.format_description, item.name, 0)
+        elif isinstance(item, TornTail):
+            yield item
+        else:
+            assert parser is not None
+            if current is None:
+                current = item.start
+                try:
+                    commit = item.commit or _commit_ahead(path, item.start)
+                except RelayTornError as exc:
+                    if not tail:
+                        raise
+                    yield TornTail(path.name, item.start, exc.reason)
+                    return
+                yield TransactionStart(path.name, item.start, commit.position.file)
+            for raw in item.events:
+                yield from _decode(parser, raw, path.name, item.start)
+            if item.commit is not None:
+                yield TransactionEnd(path.name, item.start, item.end, item.commit)
+                current = None
 
 
 def _commit_ahead(path: Path, start: int) -> CommitRecord:
@@ -192,13 +185,13 @@ def _transaction_events(iterator: Iterator[RelayItem]) -> Iterator[Event]:
             yield item
 
 
-def boundary_to_dict(item: SegmentStart | TransactionEnd) -> dict[str, Any]:
+def boundary_to_dict(item: SegmentOpened | TransactionEnd) -> dict[str, Any]:
     """The line `dump --events` prints for a segment's start or a transaction's commit."""
-    if isinstance(item, SegmentStart):
+    if isinstance(item, SegmentOpened):
         header = item.header
         return {
             "type": "RELAY_SEGMENT",
-            "segment": item.segment,
+            "segment": item.name,
             "number": header.number,
             "source": header.source,
             "checksums": header.checksums,

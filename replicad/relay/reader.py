@@ -1,11 +1,16 @@
-"""Reading the relay log from disk: every whole transaction after a position, across
-segments. The last segment may end in a transaction still being written (or torn by a
-crash, until the writer's recovery cuts it): that one is not served. Damage anywhere else is
-a RelayCorruptError naming the segment and offset."""
+"""The one relay segment reader: the transaction chunks of a run of segments, in order, after a
+position. The daemon's catch-up reads (`RelayedStream`), `replicad dump` of a relay and the
+`RelayReader` of tools and tests all iterate `read_segments`; they differ only in what they
+make of the chunks (docs/relay-format.md has the byte layout).
+
+The last segment may end in a transaction still being written (or torn by a crash, until the
+writer's recovery cuts it): that one is not served, and `TornTail` says where it begins. Damage
+anywhere else is a RelayCorruptError naming the segment and offset."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,16 +18,7 @@ from replicad.binlog.position import Position
 from replicad.errors import RelayCorruptError, RelayTornError
 from replicad.relay.files import SegmentScan
 from replicad.relay.manifest import Manifest, SegmentInfo, load_manifest
-from replicad.relay.segment import CommitRecord
-
-
-@dataclass(slots=True, frozen=True)
-class RelayTransaction:
-    events: list[bytes]
-    commit: CommitRecord
-    segment: str
-    start: int
-    end: int
+from replicad.relay.segment import CommitRecord, SegmentHeader, TxnChunk
 
 
 def binlog_key(position: Position) -> tuple[str, int, int]:
@@ -46,7 +42,90 @@ def first_segment(segments: Sequence[SegmentInfo], after: Position | None) -> in
     return first
 
 
+@dataclass(slots=True, frozen=True)
+class SegmentOpened:
+    """A segment begins: its header (format description, checksums, start position) and the
+    offset where its transactions begin. Comes before the segment's chunks, also while the
+    reader is still skipping up to `after`."""
+
+    path: Path
+    header: SegmentHeader
+    header_end: int
+    tail: bool  # the last segment read, whose end may be torn (with `torn_tail`)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(slots=True, frozen=True)
+class TornTail:
+    """The last segment ends inside a transaction (being written, or torn by a crash: the
+    writer cuts it at its next open). Nothing of that transaction was served."""
+
+    segment: str
+    offset: int
+    reason: str
+
+
+SegmentItem = SegmentOpened | TxnChunk | TornTail
+
+
+def read_segments(
+    paths: Sequence[Path],
+    *,
+    after: Position | None = None,
+    stop: Callable[[str], int | None] | None = None,
+    torn_tail: bool = True,
+) -> Iterator[SegmentItem]:
+    """SegmentOpened for each segment, then the chunks of every transaction that commits after
+    `after` (a unit boundary; None: all of them). `stop(name)` bounds a segment being written
+    (asked before each read; None: to its end). With `torn_tail`, the last segment may end
+    inside a transaction: that yields TornTail and ends; anywhere else it raises
+    RelayTornError, as damage raises RelayCorruptError."""
+    key = None if after is None else binlog_key(after)
+
+    def reached(position: Position) -> bool:
+        return key is None or binlog_key(position) >= key
+
+    serving = key is None
+    for index, path in enumerate(paths):
+        scan = SegmentScan(path)
+        try:
+            header = scan.read_header()
+            yield SegmentOpened(
+                path, header, scan.header_end, torn_tail and index == len(paths) - 1
+            )
+            if not serving and header.start is not None:
+                serving = reached(header.start)
+            limit = None if stop is None else functools.partial(stop, path.name)
+            for chunk in scan.chunks(stop=limit):
+                if serving:
+                    yield chunk
+                elif chunk.commit is not None:
+                    # Skipping until the commit that ends at `after` has gone by.
+                    serving = reached(chunk.commit.position)
+        except RelayTornError as exc:
+            if not torn_tail or index != len(paths) - 1:
+                raise
+            offset = exc.context.get("offset")
+            yield TornTail(path.name, offset if isinstance(offset, int) else 0, exc.reason)
+            return
+
+
+@dataclass(slots=True, frozen=True)
+class RelayTransaction:
+    events: list[bytes]
+    commit: CommitRecord
+    segment: str
+    start: int
+    end: int
+
+
 class RelayReader:
+    """Whole transactions of a relay directory (the segments its MANIFEST lists), each held in
+    memory: for tools and tests. The daemon streams chunks instead."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         manifest = load_manifest(directory)
@@ -56,17 +135,15 @@ class RelayReader:
 
     def transactions(self, after: Position | None = None) -> Iterator[RelayTransaction]:
         """Whole transactions committed after `after` (all of them if None), in order."""
-        segments = self.manifest.segments
-        for i in range(first_segment(segments, after), len(segments)):
-            info = segments[i]
-            last_segment = i == len(segments) - 1
-            scan = SegmentScan(self.directory / info.name)
-            try:
-                for events, commit, start, end in scan.transactions_iter():
-                    if after is not None and binlog_key(commit.position) <= binlog_key(after):
-                        continue
-                    yield RelayTransaction(events, commit, info.name, start, end)
-            except RelayTornError:
-                if not last_segment:
-                    raise
-                return  # being written (or torn, until recovery): not served
+        segments = self.manifest.segments[first_segment(self.manifest.segments, after) :]
+        paths = [self.directory / info.name for info in segments]
+        events: list[bytes] = []
+        segment = ""
+        for item in read_segments(paths, after=after):
+            if isinstance(item, SegmentOpened):
+                segment = item.name
+            elif isinstance(item, TxnChunk):
+                events.extend(item.events)
+                if item.commit is not None:
+                    yield RelayTransaction(events, item.commit, segment, item.start, item.end)
+                    events = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import shutil
 import time
 from collections import deque
@@ -32,10 +31,15 @@ from replicad.binlog.events import EventType, HeartbeatEvent
 from replicad.binlog.parser import BinlogParser
 from replicad.binlog.position import Position
 from replicad.config import RelayConfig, SourceConfig
-from replicad.errors import RelayCorruptError, RelayError, RelayTornError
-from replicad.relay.files import SegmentScan
+from replicad.errors import RelayCorruptError, RelayError
 from replicad.relay.manifest import MANIFEST, segment_number
-from replicad.relay.reader import binlog_key, first_segment
+from replicad.relay.reader import (
+    SegmentOpened,
+    binlog_key,
+    first_segment,
+    read_segments,
+)
+from replicad.relay.segment import TxnChunk
 from replicad.relay.writer import RelayOptions, RelayWriter
 from replicad.source.stream import Reconnected, ReplicaStream, ServerInfo
 from replicad.source.transactions import TransactionUnit, UnitAssembler
@@ -176,38 +180,32 @@ class RelayedStream:
         """The units after `after`, read from the segment files (a huge transaction in
         parts, never whole in memory); only what is committed to the relay."""
         segments = list(self.writer.manifest.segments)
-        key = binlog_key(after)
-        for info in segments[first_segment(segments, after) :]:
-            scan = SegmentScan(self.writer.directory / info.name)
-            header = scan.read_header()
-            parser = BinlogParser(checksums=header.checksums, source=info.name)
-            parser.parse(header.format_description)
-            # Skip until the commit that ends at `after` (a unit boundary) has gone by.
-            skipping = header.start is None or binlog_key(header.start) < key
-            assembler = UnitAssembler(after, part_bytes=self.part_bytes) if not skipping else None
-            name = info.name
-            try:
-                for chunk in scan.chunks(stop=functools.partial(self._committed_end, name)):
-                    if assembler is None:
-                        if chunk.commit is not None and binlog_key(chunk.commit.position) >= key:
-                            resume = chunk.commit.position
-                            assembler = UnitAssembler(resume, part_bytes=self.part_bytes)
-                        continue
-                    for raw in chunk.events:
-                        unit = assembler.feed(raw, parser.decode(raw))
-                        if unit is not None:
-                            yield unit
-                    if chunk.commit is not None and assembler.position != chunk.commit.position:
-                        raise RelayCorruptError(
-                            "a commit record disagrees with the events before it",
-                            segment=name,
-                            offset=chunk.start,
-                            record=str(chunk.commit.position),
-                            events=str(assembler.position),
-                        )
-                after = assembler.position if assembler is not None else after
-            except RelayTornError:
-                return  # the writer is inside a transaction there: not served
+        paths = [
+            self.writer.directory / info.name for info in segments[first_segment(segments, after) :]
+        ]
+        parser: BinlogParser | None = None
+        assembler = UnitAssembler(after, part_bytes=self.part_bytes)
+        segment = ""
+        for item in read_segments(paths, after=after, stop=self._committed_end):
+            if isinstance(item, SegmentOpened):
+                segment = item.name
+                parser = BinlogParser(checksums=item.header.checksums, source=segment)
+                parser.parse(item.header.format_description)
+            elif isinstance(item, TxnChunk):
+                assert parser is not None
+                for raw in item.events:
+                    unit = assembler.feed(raw, parser.decode(raw))
+                    if unit is not None:
+                        yield unit
+                if item.commit is not None and assembler.position != item.commit.position:
+                    raise RelayCorruptError(
+                        "a commit record disagrees with the events before it",
+                        segment=segment,
+                        offset=item.start,
+                        record=str(item.commit.position),
+                        events=str(assembler.position),
+                    )
+            # TornTail: the writer is inside a transaction there; it is not served
 
     def _committed_end(self, segment: str) -> int | None:
         """Where readers of the segment being written stop (see _servable)."""

@@ -19,13 +19,12 @@ from replicad.binlog.gtid import GtidSet
 from replicad.binlog.rows import Column, RowsEvent, TableMapEvent
 from replicad.relay.decode import (
     InputKind,
-    SegmentStart,
-    TornTail,
     TransactionEnd,
     boundary_to_dict,
     iter_relay,
     relay_row_changes,
 )
+from replicad.relay.reader import SegmentOpened, TornTail
 from replicad.sinks.envelope import change_to_dict, dumps
 
 
@@ -58,7 +57,7 @@ def dump_input(
 def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
     """Events of a binlog file, or a relay's events with its segment and commit lines."""
     for item in items:
-        if isinstance(item, (SegmentStart, TransactionEnd)):
+        if isinstance(item, (SegmentOpened, TransactionEnd)):
             out.write(dumps(boundary_to_dict(item)) + b"\n")
         elif isinstance(item, TornTail):
             _print_torn(path, item)
