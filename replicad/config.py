@@ -141,6 +141,9 @@ class KafkaSinkConfig(_Strict):
     oversized_max_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1_000_000_000)
     exactly_once: bool = False
     positions_topic: str = "{prefix}.replicad-positions"  # exactly-once: compacted, internal
+    # Table schemas (before the first change naming a version) and schema-change events;
+    # compacted. "" switches it off.
+    schema_topic: str = "{prefix}.schema"
     # exactly-once: a Kafka transaction ends after this many binlog transactions or ms.
     batch_transactions: int = Field(500, ge=1)
     batch_ms: float = Field(100.0, gt=0)

@@ -5,16 +5,19 @@ Sans-IO: takes any iterator of decoded events (a file, a dump stream, a relay se
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from replicad.binlog.column_types import TableDescription, describe
 from replicad.binlog.events import (
+    AnnotateRowsEvent,
     Event,
     GtidEvent,
     MariaGtidEvent,
     QueryEvent,
     RotateEvent,
+    RowsQueryEvent,
     XidEvent,
 )
 from replicad.binlog.rows import RowsEvent, TableMapEvent
@@ -36,6 +39,30 @@ class RowChange:
     ts_ms: int
     primary_key: tuple[str, ...] = ()
     json_columns: frozenset[str] = frozenset()  # MySQL JSON columns (decoded documents)
+    schema: TableDescription | None = None  # the row image's columns and types
+    thread: int | None = None  # the session that wrote it (MySQL's BEGIN carries it)
+    query: str | None = None  # the statement, when the primary logs it with the rows
+
+
+@dataclass(slots=True)
+class TableChange:
+    """A table-level change, in order with the rows around it: `truncate` (the table's rows
+    are gone; published as op "t" on the table's topic) or a schema change (`create`,
+    `alter`, `drop`, `rename`: the DDL with the table's columns before and after, as the
+    schema history knows them; None where the table is absent). Coordinates as a row's."""
+
+    kind: str  # "truncate" | "create" | "alter" | "drop" | "rename"
+    db: str
+    table: str
+    ddl: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    file: str | None
+    pos: int | None  # offset of the QUERY event
+    gtid: str | None
+    server_id: int
+    ts_ms: int
+    thread: int | None = None
 
 
 class RowNumbering:
@@ -59,20 +86,67 @@ class RowNumbering:
 
 
 def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Iterator[RowChange]:
+    """The row changes of a run of events (a file, a relay), with their coordinates."""
+    for change in iter_changes(events, file=file):
+        assert isinstance(change, RowChange)
+        yield change
+
+
+# What a statement (QUERY event) does to tables, given its event, file and GTID: the caller's
+# schema history decides (this layer has none).
+TableChangesOf = Callable[[QueryEvent, str | None, str | None], Iterable[TableChange]]
+
+
+def iter_changes(
+    events: Iterable[Event], *, file: str | None = None, table_changes: TableChangesOf | None = None
+) -> Iterator[RowChange | TableChange]:
+    """Row changes and, with `table_changes`, the table-level changes of the statements
+    between them, in binlog order."""
     current_file = file
     gtid: str | None = None
+    statement = StatementContext()
     numbering = RowNumbering()
     for event in events:
         if isinstance(event, RowsEvent):
-            yield from changes_of(event, current_file, gtid, numbering)
-        elif isinstance(event, (GtidEvent, MariaGtidEvent)):
+            yield from changes_of(
+                event, current_file, gtid, numbering, None, statement.thread, statement.query
+            )
+            continue
+        statement.see(event)
+        if isinstance(event, (GtidEvent, MariaGtidEvent)):
             gtid = event.gtid
         elif isinstance(event, XidEvent):
             gtid = None
-        elif isinstance(event, QueryEvent) and event.query == "COMMIT":
-            gtid = None
+        elif isinstance(event, QueryEvent):
+            if table_changes is not None:
+                yield from table_changes(event, current_file, gtid)
+            if event.query == "COMMIT":
+                gtid = None
         elif isinstance(event, RotateEvent) and event.next_file:
             current_file = event.next_file
+
+
+class StatementContext:
+    """What the events before a ROWS event say about its rows: the writing session's thread
+    id (MySQL's BEGIN query; MariaDB logs no BEGIN for row transactions) and the statement
+    (ROWS_QUERY with binlog_rows_query_log_events, MariaDB's ANNOTATE_ROWS)."""
+
+    __slots__ = ("query", "thread")
+
+    def __init__(self) -> None:
+        self.thread: int | None = None
+        self.query: str | None = None
+
+    def see(self, event: Event) -> None:
+        if isinstance(event, (RowsQueryEvent, AnnotateRowsEvent)):
+            self.query = event.query
+        elif isinstance(event, QueryEvent):
+            if event.query == "BEGIN":
+                self.thread, self.query = event.thread_id, None
+            else:  # COMMIT, or DDL (which commits implicitly)
+                self.thread = self.query = None
+        elif isinstance(event, (XidEvent, GtidEvent, MariaGtidEvent)):
+            self.thread = self.query = None
 
 
 def changes_of(
@@ -81,10 +155,13 @@ def changes_of(
     gtid: str | None,
     numbering: RowNumbering,
     table: TableMapEvent | None = None,
+    thread: int | None = None,
+    query: str | None = None,
 ) -> Iterator[RowChange]:
     """The row changes of one ROWS event, with their source coordinates; `table` decodes them
     instead of the event's own TABLE_MAP (a copy named from the schema history)."""
     table = table or event.table_map
+    schema = describe(table) if table else None
     op = event.op
     header = event.header
     db = table.schema if table else ""
@@ -111,4 +188,7 @@ def changes_of(
             ts_ms,
             pk,
             json_columns,
+            schema,
+            thread,
+            query,
         )

@@ -9,11 +9,14 @@ What the binlog cannot say is left out rather than guessed: a TEXT column's char
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from replicad.binlog.charsets import BINARY_COLLATION, charset_of
-from replicad.binlog.rows import Column
+from replicad.binlog.rows import Column, TableMapEvent
 from replicad.binlog.values import ColumnType as T
 
 _INTEGERS = {T.TINY: "tinyint", T.SHORT: "smallint", T.INT24: "mediumint", T.LONG: "int",
@@ -128,3 +131,79 @@ def _binary(column: Column) -> bool:
 
 def _members(values: list[str] | None) -> tuple[str, ...] | None:
     return None if values is None else tuple(values)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDescription:
+    name: str
+    type: SqlType
+    nullable: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, **self.type.to_json(), "nullable": self.nullable}
+
+
+@dataclass(frozen=True, slots=True)
+class TableDescription:
+    """A table's row image as one TABLE_MAP describes it: what the schema topic publishes.
+    `version` is a digest of everything else, so every replicad instance (and every restart)
+    gives the same shape the same version without keeping a counter anywhere."""
+
+    db: str
+    table: str
+    columns: tuple[ColumnDescription, ...]
+    primary_key: tuple[str, ...]
+    version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db": self.db,
+            "table": self.table,
+            "version": self.version,
+            "columns": [c.to_json() for c in self.columns],
+            "primary_key": list(self.primary_key),
+        }
+
+
+_DESCRIPTIONS: dict[tuple[Any, ...], TableDescription] = {}
+_DESCRIPTIONS_MAX = 4096
+
+
+def describe(table_map: TableMapEvent) -> TableDescription:
+    """The description of a (resolved) TABLE_MAP. Every transaction repeats its maps, so
+    descriptions are shared between maps of equal layout, names and keys."""
+    columns = table_map.columns
+    key = (
+        table_map.schema,
+        table_map.table,
+        table_map.mariadb,
+        table_map.primary_key,
+        tuple(
+            (c.name, c.type_code, c.meta, c.collation, c.unsigned, c.nullable, c.max_length,
+             _members(c.enum_values), _members(c.set_values), c.vector_dimensions)
+            for c in columns
+        ),
+    )  # fmt: skip
+    found = _DESCRIPTIONS.get(key)
+    if found is not None:
+        return found
+    described = tuple(
+        ColumnDescription(c.name, sql_type_of(c, mariadb=table_map.mariadb), c.nullable)
+        for c in columns
+    )
+    shape = {
+        "columns": [c.to_json() for c in described],
+        "primary_key": table_map.primary_key_names,
+    }
+    digest = hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    description = TableDescription(
+        table_map.schema,
+        table_map.table,
+        described,
+        tuple(table_map.primary_key_names),
+        digest[:16],
+    )
+    if len(_DESCRIPTIONS) >= _DESCRIPTIONS_MAX:
+        del _DESCRIPTIONS[next(iter(_DESCRIPTIONS))]
+    _DESCRIPTIONS[key] = description
+    return description

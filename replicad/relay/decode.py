@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from replicad.binlog.changes import RowChange, iter_row_changes
+from replicad.binlog.changes import RowChange, TableChange, TableChangesOf, iter_changes
 from replicad.binlog.events import Event
 from replicad.binlog.parser import BINLOG_MAGIC, BinlogParser
 from replicad.errors import RelayCorruptError, RelayTornError, ReplicadError
@@ -168,13 +168,16 @@ def _decode(parser: BinlogParser, raw: bytes, segment: str, txn_offset: int) -> 
 
 
 # ---------------------------------------------------------------------------- output
-def relay_row_changes(items: Iterable[RelayItem]) -> Iterator[RowChange]:
+def relay_changes(
+    items: Iterable[RelayItem], table_changes: TableChangesOf | None = None
+) -> Iterator[RowChange | TableChange]:
     """Row changes of relay items, each transaction named by its binlog file (as
     `iter_row_changes` names a file's changes)."""
     iterator = iter(items)
     for item in iterator:
         if isinstance(item, TransactionStart):
-            yield from iter_row_changes(_transaction_events(iterator), file=item.file)
+            events = _transaction_events(iterator)
+            yield from iter_changes(events, file=item.file, table_changes=table_changes)
 
 
 def _transaction_events(iterator: Iterator[RelayItem]) -> Iterator[Event]:

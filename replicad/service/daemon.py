@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from replicad.binlog.changes import RowNumbering, changes_of
+from replicad.binlog.changes import RowNumbering, StatementContext, TableChange, changes_of
 from replicad.binlog.events import HeartbeatEvent, QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent, TableMapEvent
@@ -40,6 +40,7 @@ from replicad.source.schema import (
     SchemaHistoryAheadError,
     default_history_path,
     snapshot,
+    table_changes,
 )
 from replicad.source.start import initial_position
 from replicad.source.stream import Reconnected, ReplicaStream, server_info, with_primary
@@ -81,7 +82,9 @@ class Pipeline:
             self.sinks.append(self.kafka)
         stdout = config.sinks.stdout
         if stdout is not None or not self.sinks:  # stdout is the default without Kafka
-            self.sinks.append(JsonLinesSink(stdout.path if stdout else None, self.filter))
+            self.sinks.append(
+                JsonLinesSink(stdout.path if stdout else None, self.filter, config.pipeline)
+            )
         self.stream: ReplicaStream | RelayedStream
         if config.relay.enabled:
             self.stream = RelayedStream(
@@ -195,6 +198,7 @@ class Pipeline:
         numbering = RowNumbering()
         delivered = 0
         gtid_text: str | None = None
+        statement = StatementContext()  # thread id and statement text of the rows
         # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
         tables: dict[int, TableMapEvent] = {}
         sinks = self.sinks
@@ -234,18 +238,35 @@ class Pipeline:
                     # it), stamped with its position at the commit; each TABLE_MAP resolved
                     # against it before its rows.
                     if isinstance(event, QueryEvent):
-                        self.history.apply(event)
+                        statement.see(event)
+                        outcome = self.history.follow(event)
+                        # Table-level changes go out in order with the rows; when resuming
+                        # inside a transaction, those before the resume point went out already.
+                        if outcome.verb and delivered >= skip:
+                            await self._publish_table_changes(
+                                table_changes(outcome, event, unit.file, gtid_text), lease
+                            )
                         continue
                     if isinstance(event, TableMapEvent):
                         tables[event.table_id] = self.history.resolve(event)
                         continue
                     if not isinstance(event, RowsEvent):
+                        statement.see(event)
                         continue
                     table = tables.get(event.table_id) or event.table_map
                     wanted = table is None or includes(table.schema, table.table)
                     # Rows of excluded tables are counted too, so that the row index of a
                     # restart does not depend on the filters.
-                    for change in changes_of(event, unit.file, gtid_text, numbering, table):
+                    changes = changes_of(
+                        event,
+                        unit.file,
+                        gtid_text,
+                        numbering,
+                        table,
+                        statement.thread,
+                        statement.query,
+                    )
+                    for change in changes:
                         if delivered < skip:
                             delivered += 1
                             continue
@@ -279,6 +300,24 @@ class Pipeline:
                     return
             finally:
                 self._gate.release()
+
+    async def _publish_table_changes(self, changes: list[TableChange], lease: Lease | None) -> None:
+        for change in changes:
+            if not self.filter.includes(change.db, change.table):
+                continue
+            if lease is not None and not lease.valid:
+                await self._wait_for_lease(lease)
+            for sink in self.sinks:
+                await sink.publish_table(change)
+                if sink.backlogged:
+                    await sink.wait_for_room()
+            log.info(
+                "table_change_published",
+                kind=change.kind,
+                table=f"{change.db}.{change.table}",
+                file=change.file,
+                pos=change.pos,
+            )
 
     async def _wait_for_lease(self, lease: Lease) -> None:
         """Publishing stops the moment the lease is in doubt (ZooKeeper suspended, or not

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from replicad.binlog.changes import iter_row_changes
-from replicad.binlog.events import Event
+from replicad.binlog.changes import RowChange, TableChange, iter_changes
+from replicad.binlog.events import Event, QueryEvent
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
 from replicad.binlog.rows import Column, RowsEvent, TableMapEvent
@@ -22,10 +22,11 @@ from replicad.relay.decode import (
     TransactionEnd,
     boundary_to_dict,
     iter_relay,
-    relay_row_changes,
+    relay_changes,
 )
 from replicad.relay.reader import SegmentOpened, TornTail
-from replicad.sinks.envelope import change_to_dict, dumps
+from replicad.sinks.envelope import EnvelopeLines, dumps
+from replicad.source.schema import SchemaHistory, table_changes
 
 
 def dump_input(
@@ -45,13 +46,16 @@ def dump_input(
         if events:
             write_events(out, decoded, path)
         else:
-            write_changes(out, iter_row_changes(decoded, file=os.path.basename(path)))
+            changes = iter_changes(
+                decoded, file=os.path.basename(path), table_changes=DumpHistory()
+            )
+            write_changes(out, changes)
         return
     items = iter_relay(Path(path), verify_checksum=verify_checksum)
     if events:
         write_events(out, items, path)
     else:
-        write_changes(out, relay_row_changes(_note_torn(path, items)))
+        write_changes(out, relay_changes(_note_torn(path, items), DumpHistory()))
 
 
 def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
@@ -65,9 +69,24 @@ def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
             out.write(dumps(event_to_dict(item)) + b"\n")
 
 
-def write_changes(out: BinaryIO, changes: Iterable[Any]) -> None:
+def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange]) -> None:
+    """The messages Kafka would get (`EnvelopeLines`), one per line."""
+    lines = EnvelopeLines("replicad")
     for change in changes:
-        out.write(dumps(change_to_dict(change)) + b"\n")
+        out.write(lines.row(change) if isinstance(change, RowChange) else lines.table(change))
+
+
+class DumpHistory:
+    """The schema history of one `dump`: the binlog's own DDL from an empty start, so that
+    TRUNCATE and schema changes come out as Kafka would get them (before-images of tables
+    created before the dumped range are unknown: null)."""
+
+    def __init__(self) -> None:
+        self.history = SchemaHistory()
+
+    def __call__(self, event: QueryEvent, file: str | None, gtid: str | None) -> list[TableChange]:
+        outcome = self.history.follow(event)
+        return table_changes(outcome, event, file, gtid) if outcome.verb else []
 
 
 def _note_torn(path: str, items: Iterable[Any]) -> Iterator[Any]:

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from replicad.binlog.changes import RowChange
+from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.errors import ReplicadError
 from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
@@ -43,6 +43,10 @@ class ProducerFencedError(SinkUnavailableError):
 class Sink(Protocol):
     def publish(self, change: RowChange) -> None:
         """Hand one row change over; may only queue it."""
+
+    async def publish_table(self, change: TableChange) -> None:
+        """Hand one table-level change over (TRUNCATE, a schema change), in order with the
+        rows; counted towards the open mark like a row."""
 
     def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
         """Everything published so far belongs to marks <= seq; `position` is where a restart

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -20,7 +21,8 @@ import orjson
 
 from replicad import __version__
 from replicad.binlog import jsonb
-from replicad.binlog.changes import RowChange
+from replicad.binlog.changes import RowChange, TableChange
+from replicad.binlog.column_types import TableDescription
 from replicad.binlog.values import Geometry
 
 
@@ -88,67 +90,104 @@ def _json_fragment(diff: Any) -> Any:
     return orjson.Fragment(jsonb.to_mysql_json_text(diff.value))
 
 
+Row = dict[str, Any] | None
+
+
 def json_column(value: Any) -> Any:
     """A decoded MySQL JSON document, emitted as JSON text exactly as MySQL prints it."""
     return orjson.Fragment(jsonb.to_mysql_json_text(value))
 
 
-def change_to_dict(change: RowChange) -> dict:
-    """One JSON line of `replicad dump` and the stdout sink: the envelope, plus `db` and
-    `table` at the top (a line has no topic to name them)."""
-    json_columns = change.json_columns
+def row_messages(change: RowChange) -> tuple[tuple[str, Row, Row], ...]:
+    """The messages one row change becomes, as (op, before, after): one, except an update of
+    a primary-key column, which is a delete of the old key and a create of the new one
+    (Debezium's split, so that a keyed consumer drops the old row). Every output (Kafka,
+    the JSON-lines sink, `replicad dump`) writes these same messages."""
+    if change.op == "u" and change.primary_key:
+        before, after = change.before or {}, change.after or {}
+        if any(before.get(k) != after.get(k) for k in change.primary_key):
+            return (("d", change.before, None), ("c", None, change.after))
+    return ((change.op, change.before, change.after),)
+
+
+def _source(change: RowChange | TableChange, name: str, row: int) -> dict[str, Any]:
+    schema = change.schema if isinstance(change, RowChange) else None
     return {
-        "op": change.op,
+        "version": __version__,
+        "connector": "replicad",
+        "name": name,
+        "ts_ms": change.ts_ms,
+        "snapshot": "false",
         "db": change.db,
         "table": change.table,
-        "before": _row(change.before, json_columns),
-        "after": _row(change.after, json_columns),
-        "source": {
-            "file": change.file,
-            "pos": change.pos,
-            "gtid": change.gtid,
-            "row": change.row,
-            "server_id": change.server_id,
-            "ts_ms": change.ts_ms,
-            "db": change.db,
-            "table": change.table,
-        },
+        "server_id": change.server_id,
+        "gtid": change.gtid,
+        "file": change.file,
+        "pos": change.pos,
+        "row": row,
+        "thread": change.thread,
+        "query": change.query if isinstance(change, RowChange) else change.ddl,
+        "schema_version": None if schema is None else schema.version,
     }
 
 
 def change_envelope(
     change: RowChange,
     op: str,
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
-    server: str,
+    before: Row,
+    after: Row,
+    name: str,
     ts_ms: int,
     transaction: dict[str, Any] | None = None,
 ) -> dict:
-    """The Kafka message value, shaped like Debezium's MySQL envelope (docs/architecture.md,
-    "Message format") so that Debezium-JSON consumers read it unchanged. `op`, `before` and
-    `after` are passed in because a primary-key change is split into a delete and a create."""
+    """A change message's value, as a dict: Debezium's MySQL envelope (docs/architecture.md,
+    "Message format") with replicad's fields in `source` (file, pos, row, gtid,
+    schema_version). `op`, `before` and `after` come from `row_messages`. `EnvelopeWriter`
+    renders the same bytes faster; this is its reference."""
     json_columns = change.json_columns
     return {
         "before": _row(before, json_columns),
         "after": _row(after, json_columns),
-        "source": {
-            "version": __version__,
-            "connector": "replicad",
-            "server": server,
-            "server_id": change.server_id,
-            "ts_ms": change.ts_ms,
-            "db": change.db,
-            "table": change.table,
-            "gtid": change.gtid,
-            "file": change.file,
-            "pos": change.pos,
-            "row": change.row,
-        },
+        "source": _source(change, name, change.row),
         "op": op,
         "ts_ms": ts_ms,
         "transaction": transaction,
     }
+
+
+def truncate_envelope(change: TableChange, name: str, ts_ms: int) -> dict:
+    """TRUNCATE: Debezium's op "t", no row images; `source.query` holds the statement."""
+    return {
+        "before": None,
+        "after": None,
+        "source": _source(change, name, 0),
+        "op": "t",
+        "ts_ms": ts_ms,
+        "transaction": None,
+    }
+
+
+def schema_change_value(change: TableChange, name: str, ts_ms: int) -> dict:
+    """A schema-change event of the schema topic: the DDL and the table's columns before and
+    after it as the schema history knows them (names, types, signedness, members, key)."""
+    return {
+        "type": "ddl",
+        "kind": change.kind,
+        "db": change.db,
+        "table": change.table,
+        "ddl": change.ddl,
+        "before": change.before,
+        "after": change.after,
+        "source": _source(change, name, 0),
+        "ts_ms": ts_ms,
+    }
+
+
+def table_schema_value(schema: TableDescription, change: RowChange, name: str) -> dict:
+    """A table schema record of the schema topic: the row image's columns with their SQL
+    types, the primary key and the version that change messages name; `source` is the first
+    change that needed it."""
+    return {"type": "table", **schema.to_json(), "source": _source(change, name, change.row)}
 
 
 def _row(row: dict[str, Any] | None, json_columns: frozenset[str]) -> dict[str, Any] | None:
@@ -173,26 +212,29 @@ def dumps(obj: Any) -> bytes:
 
 
 class EnvelopeWriter:
-    """Renders the Kafka value of `change_envelope` straight to bytes. The parts that are the
-    same for every row of a table (and the file and GTID of a transaction) are rendered once,
-    so a row costs the JSON of its images and one bytes formatting, not a nested dict.
+    """Renders the value of `change_envelope` straight to bytes. The parts that are the same
+    for every row of a table (and the file and GTID of a transaction) are rendered once, so a
+    row costs the JSON of its images and one bytes formatting, not a nested dict.
     `change_envelope` stays the reference: a test holds the two byte-for-byte equal."""
 
-    __slots__ = ("_gtid", "_server", "_tables", "_text")
+    __slots__ = ("_gtid", "_name", "_query", "_tables", "_text", "_version")
 
-    def __init__(self, server: str) -> None:
-        self._server = orjson.dumps(server)
+    def __init__(self, name: str) -> None:
+        self._name = orjson.dumps(name)
         self._tables: dict[tuple[str, str, int], tuple[bytes, bytes]] = {}
-        # The last file/GTID seen, by identity: every row of a transaction shares them.
+        # The last file/GTID/statement/schema seen, by identity: rows of a transaction, or of
+        # a table, share them.
         self._text: tuple[str | None, bytes] = (None, b"null")
         self._gtid: tuple[str | None, bytes] = (None, b"null")
+        self._query: tuple[str | None, bytes] = (None, b"null")
+        self._version: tuple[TableDescription | None, bytes] = (None, b"null")
 
     def value(
         self,
         change: RowChange,
         op: str,
-        before: dict[str, Any] | None,
-        after: dict[str, Any] | None,
+        before: Row,
+        after: Row,
         ts_ms: int,
         transaction: dict[str, Any] | None = None,
     ) -> bytes:
@@ -205,11 +247,17 @@ class EnvelopeWriter:
         gtid = change.gtid
         if gtid is not self._gtid[0]:
             self._gtid = (gtid, orjson.dumps(gtid))
+        query = change.query
+        if query is not self._query[0]:
+            self._query = (query, orjson.dumps(query))
+        schema = change.schema
+        if schema is not self._version[0]:
+            self._version = (schema, orjson.dumps(None if schema is None else schema.version))
         json_columns = change.json_columns
         if json_columns:
             before, after = _row(before, json_columns), _row(after, json_columns)
-        return b'{"before":%b,"after":%b%b%d%b%b,"file":%b,"pos":%b,"row":%d},"op":"%b",' \
-            b'"ts_ms":%d,"transaction":%b}' % (
+        return b'{"before":%b,"after":%b%b%d%b%b,"file":%b,"pos":%b,"row":%d,"thread":%b,' \
+            b'"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,"transaction":%b}' % (
             _dumps_row(before),
             _dumps_row(after),
             parts[0],
@@ -219,19 +267,49 @@ class EnvelopeWriter:
             self._text[1],
             b"null" if change.pos is None else b"%d" % change.pos,
             change.row,
+            b"null" if change.thread is None else b"%d" % change.thread,
+            self._query[1],
+            self._version[1],
             op.encode(),
             ts_ms,
             b"null" if transaction is None else dumps(transaction),
         )  # fmt: skip
 
     def _table_parts(self, change: RowChange) -> tuple[bytes, bytes]:
-        head = (
-            b',"source":{"version":%b,"connector":"replicad","server":%b,"server_id":%d,"ts_ms":'
-            % (orjson.dumps(__version__), self._server, change.server_id)
+        head = b',"source":{"version":%b,"connector":"replicad","name":%b,"ts_ms":' % (
+            orjson.dumps(__version__),
+            self._name,
         )
-        middle = b',"db":%b,"table":%b,"gtid":' % (
+        middle = b',"snapshot":"false","db":%b,"table":%b,"server_id":%d,"gtid":' % (
             orjson.dumps(change.db),
             orjson.dumps(change.table),
+            change.server_id,
         )
         parts = self._tables[(change.db, change.table, change.server_id)] = (head, middle)
         return parts
+
+
+class EnvelopeLines:
+    """JSON lines of `replicad dump` and the JSON-lines sink: for each message of a change,
+    the value Kafka gets for it (a primary-key change is two lines), then a newline. A
+    TRUNCATE is its op "t" message; another schema change its schema-topic event."""
+
+    __slots__ = ("name", "writer")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.writer = EnvelopeWriter(name)
+
+    def row(self, change: RowChange) -> bytes:
+        now_ms = int(time.time() * 1000)
+        value = self.writer.value
+        return b"".join(
+            value(change, op, before, after, now_ms) + b"\n"
+            for op, before, after in row_messages(change)
+        )
+
+    def table(self, change: TableChange) -> bytes:
+        now_ms = int(time.time() * 1000)
+        if change.kind == "truncate":
+            return dumps(truncate_envelope(change, self.name, now_ms)) + b"\n"
+        return dumps(schema_change_value(change, self.name, now_ms)) + b"\n"

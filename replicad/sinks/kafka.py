@@ -31,7 +31,8 @@ from confluent_kafka import (
     Producer,
 )
 
-from replicad.binlog.changes import RowChange
+from replicad.binlog.changes import RowChange, TableChange
+from replicad.binlog.column_types import TableDescription
 from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
@@ -42,7 +43,14 @@ from replicad.sinks.base import (
     SinkError,
     SinkUnavailableError,
 )
-from replicad.sinks.envelope import EnvelopeWriter, dumps
+from replicad.sinks.envelope import (
+    EnvelopeWriter,
+    dumps,
+    row_messages,
+    schema_change_value,
+    table_schema_value,
+    truncate_envelope,
+)
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 
@@ -64,8 +72,9 @@ _NOT_AUTHORIZED = {
 # Settings that would break the delivery guarantee; allowed, but said out loud.
 _WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
 
-# topic, key, value, headers, and the delivery unit (mark) the message counts towards
-Message = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None, DeliveryUnit]
+# topic, key, value, headers, the delivery unit (mark) the message counts towards, partition
+# (-1: librdkafka's partitioner, by key)
+Message = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None, DeliveryUnit, int]
 
 
 class KafkaSink:
@@ -91,6 +100,9 @@ class KafkaSink:
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
         self.writer = EnvelopeWriter(pipeline)
+        self._schema_topic = self.routing.schema_topic  # "" when switched off
+        self._schemas_sent: set[tuple[str, str, str]] = set()
+        self._last_schema: TableDescription | None = None
         self._header_event: tuple[str | None, int | None, str | None] | None = None
         self._header_parts: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]] = ([], [])
         self._paused_since: float | None = None  # reading paused by a full producer queue
@@ -178,48 +190,66 @@ class KafkaSink:
     def publish(self, change: RowChange) -> None:
         routing = self.routing
         topic = routing.topic(change.db, change.table)
-        before, after = self.filter.rows(change)
+        schema = change.schema
+        if schema is not None and schema is not self._last_schema:
+            self._last_schema = schema
+            if (
+                self._schema_topic
+                and (schema.db, schema.table, schema.version) not in self._schemas_sent
+            ):
+                self._send_schema(change, schema)
+        filtered_before, filtered_after = self.filter.rows(change)
         now_ms = int(time.time() * 1000)
         headers = self._headers(change) if self.config.headers else None
         transaction = self._transaction_block(change) if self.config.transaction_metadata else None
         value = self.writer.value
-        op = change.op
-        if op == "c":
-            key = routing.key(change, change.after)
+        for op, before, after in row_messages(change):
+            key = _key_bytes(routing.key(change, before if op == "d" else after))
             self._send_raw(
-                topic, _key_bytes(key), value(change, op, None, after, now_ms, transaction), headers
+                topic,
+                key,
+                value(
+                    change,
+                    op,
+                    None if before is None else filtered_before,
+                    None if after is None else filtered_after,
+                    now_ms,
+                    transaction,
+                ),
+                headers,
             )
-            return
-        old_key = _key_bytes(routing.key(change, change.before))
-        if op == "u":
-            new_key = _key_bytes(routing.key(change, change.after))
-            if new_key == old_key or not change.primary_key:
-                self._send_raw(
-                    topic, new_key, value(change, op, before, after, now_ms, transaction), headers
-                )
-                return
-            # A primary-key change: the old key is deleted, the new one created (Debezium).
-            self._delete(topic, old_key, change, before, now_ms, transaction, headers)
-            self._send_raw(
-                topic, new_key, value(change, "c", None, after, now_ms, transaction), headers
-            )
-            return
-        self._delete(topic, old_key, change, before, now_ms, transaction, headers)
+            if op == "d" and self.config.tombstones and key is not None:
+                self._send_raw(topic, key, None, headers)
 
-    def _delete(
-        self,
-        topic: str,
-        key: bytes | None,
-        change: RowChange,
-        before: dict[str, Any] | None,
-        now_ms: int,
-        transaction: dict[str, Any] | None,
-        headers: list[tuple[str, bytes]] | None,
-    ) -> None:
-        value = self.writer.value(change, "d", before, None, now_ms, transaction)
-        self._send_raw(topic, key, value, headers)
-        if self.config.tombstones and key is not None:
-            self._send_raw(topic, key, None, headers)
+    async def publish_table(self, change: TableChange) -> None:
+        """TRUNCATE: op "t" (no key, like Debezium) on every partition of the table's topic,
+        so that each partition's consumers see it between the rows around it. A schema
+        change: an event in the schema topic, keyed by table and binlog coordinates so that
+        compaction keeps every one."""
+        now_ms = int(time.time() * 1000)
+        headers = self._table_headers(change) if self.config.headers else None
+        if change.kind == "truncate":
+            topic = self.routing.topic(change.db, change.table)
+            await self.topics.ensure(topic)
+            value = dumps(truncate_envelope(change, self.pipeline, now_ms))
+            for partition in range(self.topics.partitions.get(topic, 1)):
+                self._send_raw(topic, None, value, headers, partition)
+            return
+        topic = self._schema_topic
+        if not topic:
+            return
+        key = {"db": change.db, "table": change.table, "ddl": f"{change.file}:{change.pos}"}
+        value = dumps(schema_change_value(change, self.pipeline, now_ms))
+        self._send_raw(topic, dumps(key), value, headers)
+
+    def _send_schema(self, change: RowChange, schema: TableDescription) -> None:
+        """The table's schema record, before the first change of this process that names its
+        version (a restart writes it again: compaction keeps one per version)."""
+        self._schemas_sent.add((schema.db, schema.table, schema.version))
+        key = {"db": schema.db, "table": schema.table, "version": schema.version}
+        value = dumps(table_schema_value(schema, change, self.pipeline))
+        headers = self._headers(change) if self.config.headers else None
+        self._send_raw(self._schema_topic, dumps(key), value, headers)
 
     def _send_raw(
         self,
@@ -227,6 +257,7 @@ class KafkaSink:
         key: bytes | None,
         value: bytes | None,
         headers: list[tuple[str, bytes]] | None,
+        partition: int = -1,
     ) -> None:
         if value is not None and len(value) > self.config.max_message_bytes:
             topic = self._oversized(topic, key, value, headers)
@@ -234,11 +265,12 @@ class KafkaSink:
         # Counted at once, queued or not: a mark placed now must wait for this message.
         unit = self.tracker.current
         unit.outstanding += 1
+        message = (topic, key, value, headers, unit, partition)
         if self._pending or topic not in self.topics.ready:
-            self._pending.append((topic, key, value, headers, unit))
+            self._pending.append(message)
             return
-        if not self._produce(topic, key, value, headers, unit):
-            self._pending.append((topic, key, value, headers, unit))
+        if not self._produce(*message):
+            self._pending.append(message)
 
     def _oversized(
         self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]] | None
@@ -267,6 +299,7 @@ class KafkaSink:
         value: bytes | None,
         headers: list[tuple[str, bytes]] | None,
         unit: DeliveryUnit,
+        partition: int = -1,
     ) -> bool:
         """Hand one (already counted) message to librdkafka; False when its queue is full."""
         producer = self.producer
@@ -281,6 +314,7 @@ class KafkaSink:
                 topic,
                 value,
                 key,
+                partition,
                 on_delivery=unit.delivered,
                 headers=headers,  # type: ignore[arg-type]
             )
@@ -328,6 +362,18 @@ class KafkaSink:
         first, last = self._header_parts
         return [*first, ("replicad.row", b"%d" % change.row), *last]
 
+    def _table_headers(self, change: TableChange) -> list[tuple[str, bytes]]:
+        headers = [
+            ("replicad.file", (change.file or "").encode()),
+            ("replicad.pos", str(change.pos).encode()),
+            ("replicad.row", b"0"),
+        ]
+        if change.gtid is not None:
+            headers.append(("replicad.gtid", change.gtid.encode()))
+        if self.exactly_once:
+            headers.append(self._batch_header)
+        return headers
+
     def _transaction_block(self, change: RowChange) -> dict[str, Any]:
         if self._txn_id is None:
             self._txn_id = change.gtid or f"{change.file}:{change.pos}"
@@ -371,11 +417,12 @@ class KafkaSink:
         while self._pending:
             if self._fatal is not None:
                 raise self._fatal
-            topic, key, value, headers, unit = self._pending[0]
+            message = self._pending[0]
+            topic = message[0]
             if topic not in self.topics.ready:
-                await self.topics.ensure(topic)
+                await self.topics.ensure(topic, compacted=topic == self._schema_topic)
                 continue
-            if self._produce(topic, key, value, headers, unit):
+            if self._produce(*message):
                 self._pending.popleft()
                 self._end_pause()
             else:

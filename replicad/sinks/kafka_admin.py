@@ -44,6 +44,7 @@ class Topics:
     def __init__(self, config: KafkaSinkConfig) -> None:
         self.config = config
         self.ready: set[str] = set()
+        self.partitions: dict[str, int] = {}  # of the topics in `ready`
         self.admin = AdminClient(
             {"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)}
         )
@@ -63,6 +64,7 @@ class Topics:
             existing = meta.topics.get(topic)
             if existing is not None and existing.error is None:
                 self.ready.add(topic)
+                self.partitions[topic] = max(1, len(existing.partitions))
                 break
             if not self.config.topics.create:
                 raise SinkError(

@@ -104,6 +104,7 @@ class KafkaRouting:
         self._topics: dict[tuple[str, str], str] = {}
         self.oversized_topic = self.expand(config.oversized_topic, "", "")
         self.positions_topic = self.expand(config.positions_topic, "", "")
+        self.schema_topic = self.expand(config.schema_topic, "", "") if config.schema_topic else ""
         self.topic("db", "table")  # a bad template fails at start, not at the first row
 
     def expand(self, template: str, db: str, table: str) -> str:

@@ -1,4 +1,6 @@
-"""JSON-lines sink: standard output or a file (the embedded default without Kafka).
+"""JSON-lines sink: standard output or a file (the embedded default without Kafka). A line is
+the value Kafka would get for the same message (`EnvelopeLines`); tombstones and the schema
+topic's table records are Kafka's alone.
 
 Lines are written as rows are decoded; a mark counts as delivered once everything before it
 is flushed (and, for a file, fsynced), which `acked()` does — at each checkpoint, so a file
@@ -13,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from replicad.binlog.changes import RowChange
+from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.sinks.base import SinkError
-from replicad.sinks.envelope import change_to_dict, dumps
+from replicad.sinks.envelope import EnvelopeLines
 from replicad.sinks.routing import ChangeFilter
 
 __all__ = ["JsonLinesSink", "SinkError"]
@@ -26,10 +28,15 @@ class JsonLinesSink:
     backlogged = False
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, change_filter: ChangeFilter | None = None
+        self,
+        path: str | os.PathLike[str] | None = None,
+        change_filter: ChangeFilter | None = None,
+        name: str = "replicad",
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.filter = change_filter
+        self.name = name  # the envelope's source.name (the pipeline)
+        self.lines = EnvelopeLines(name)
         self._marked = 0
         self._out: BinaryIO
         if self.path is None:
@@ -47,8 +54,14 @@ class JsonLinesSink:
         if self.filter is not None and self.filter.touches_columns:
             before, after = self.filter.rows(change)
             change = dataclasses.replace(change, before=before, after=after)
+        self._write(self.lines.row(change))
+
+    async def publish_table(self, change: TableChange) -> None:
+        self._write(self.lines.table(change))
+
+    def _write(self, data: bytes) -> None:
         try:
-            self._out.write(dumps(change_to_dict(change)) + b"\n")
+            self._out.write(data)
         except OSError as exc:
             raise SinkError(f"cannot write a change: {exc.strerror}", file=self._name) from None
 

@@ -45,6 +45,8 @@ class StatementEffect:
     changes: dict[Key, TableSchema | None]
     notes: list[tuple[str, str]]
     unparsed: str | None = None
+    verb: str = ""  # CREATE, ALTER, DROP, RENAME, TRUNCATE (upper case), or "" for others
+    truncated: list[Key] = field(default_factory=list)  # TRUNCATE TABLE: rows gone, columns kept
 
 
 def is_ddl(sql: str) -> bool:
@@ -64,8 +66,8 @@ def apply_ddl(
     except (_Unparsed, ValueError, IndexError) as exc:
         # CREATE TABLE ... SELECT: the table exists now, with columns we cannot know.
         unknowable: dict[Key, TableSchema | None] = dict.fromkeys(work.unknowable)
-        return StatementEffect(unknowable, work.notes, str(exc) or type(exc).__name__)
-    return StatementEffect(work.changes, work.notes)
+        return StatementEffect(unknowable, work.notes, str(exc) or type(exc).__name__, work.verb)
+    return StatementEffect(work.changes, work.notes, None, work.verb, work.truncated)
 
 
 def enum_set_members(column_type: str) -> tuple[str, ...]:
@@ -333,6 +335,8 @@ class _Work:
         self.changes: dict[Key, TableSchema | None] = {}
         self.notes: list[tuple[str, str]] = []  # (log event, detail)
         self.unknowable: set[Key] = set()  # tables that now exist with columns we cannot know
+        self.verb = ""
+        self.truncated: list[Key] = []
 
     def name(self, t: _Tokens) -> Key:
         first = t.ident()
@@ -367,6 +371,7 @@ def _execute(sql: str, work: _Work, escapes: bool) -> None:
     t = _Tokens(_lex(sql, escapes))
     verb = t.word()
     t.i += 1
+    work.verb = verb if verb in _DDL_VERBS else ""
     if verb == "CREATE":
         _create(t, work)
     elif verb == "ALTER":
@@ -391,7 +396,12 @@ def _execute(sql: str, work: _Work, escapes: bool) -> None:
                 continue  # else: renamed already (the snapshot had it)
             work.put(found[0], None)
             work.put(new, _replace(found[1], schema=new[0], table=new[1]))
-    # TRUNCATE, and everything else (views, routines, users, indexes): columns unchanged.
+    elif verb == "TRUNCATE":
+        t.take("TABLE")
+        name = work.name(t)
+        found = work.find(name)
+        work.truncated.append(name if found is None else found[0])
+    # Everything else (views, routines, users, indexes): columns unchanged.
 
 
 def _create(t: _Tokens, work: _Work) -> None:

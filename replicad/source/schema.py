@@ -46,6 +46,7 @@ import orjson
 import structlog
 
 from replicad.atomic_file import write_atomically as replace_file
+from replicad.binlog.changes import TableChange
 from replicad.binlog.events import QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
@@ -69,6 +70,42 @@ _NAMED_MAPS_MAX = 1024  # named TABLE_MAP copies kept (one per table layout and 
 FORMAT = "replicad-schema-history"
 FORMAT_VERSION = 1
 NO_BACKSLASH_ESCAPES = 1 << 21  # sql_mode bit (MySQL and MariaDB)
+
+
+@dataclass(slots=True)
+class StatementOutcome:
+    """What one statement did: its verb (CREATE, ALTER, DROP, RENAME, TRUNCATE; "" when it
+    changes no table), each changed table as (key, before, after) (None: absent or with
+    columns nobody can know), and the tables TRUNCATE emptied."""
+
+    sql: str
+    verb: str
+    changes: list[tuple[Key, TableSchema | None, TableSchema | None]]
+    truncated: list[Key]
+
+
+def table_changes(
+    outcome: StatementOutcome, event: QueryEvent, file: str | None, gtid: str | None
+) -> list[TableChange]:
+    """The table-level changes a statement makes, for the sinks: one per truncated table,
+    one per table whose columns it changed (a RENAME: the old name dropped, the new one
+    created, both with kind "rename")."""
+    header = event.header
+
+    def change(kind: str, key: Key, before: Any, after: Any) -> TableChange:
+        ts_ms = header.timestamp * 1000
+        return TableChange(kind, key[0], key[1], outcome.sql, before, after, file, header.pos,
+                           gtid, header.server_id, ts_ms, event.thread_id)  # fmt: skip
+
+    out = [change("truncate", key, None, None) for key in outcome.truncated]
+    kind = outcome.verb.lower()
+    for key, before, after in outcome.changes:
+        out.append(change(kind, key, _schema_json(before), _schema_json(after)))
+    return out
+
+
+def _schema_json(table: TableSchema | None) -> dict[str, Any] | None:
+    return None if table is None else table.to_json()
 
 
 class SchemaHistoryError(ReplicadError):
@@ -173,6 +210,15 @@ class SchemaHistory:
         """Follow one statement; returns the tables it changed. Without `position` the change
         is staged until `commit(position)` (the daemon applies a QUERY when it is read); with
         it, the change is committed at `position` at once. Never raises for a statement."""
+        outcome = self.follow(statement, default_schema)
+        if position is not None:
+            self.commit(position)
+        return [key for key, _, _ in outcome.changes]
+
+    def follow(
+        self, statement: QueryEvent | str, default_schema: str | None = None
+    ) -> StatementOutcome:
+        """Stage one statement (see `apply`) and say what it did to which tables."""
         if isinstance(statement, QueryEvent):
             sql = statement.query
             default = statement.schema if default_schema is None else default_schema
@@ -180,14 +226,11 @@ class SchemaHistory:
             escapes = not (isinstance(sql_mode, int) and sql_mode & NO_BACKSLASH_ESCAPES)
         else:
             sql, default, escapes = statement, default_schema or "", True
-        changed: list[Key] = []
-        if is_ddl(sql):
-            changed = self._execute(sql, default, escapes)
-        if position is not None:
-            self.commit(position)
-        return changed
+        if not is_ddl(sql):
+            return StatementOutcome(sql, "", [], [])
+        return self._execute(sql, default, escapes)
 
-    def _execute(self, sql: str, default: str, escapes: bool) -> list[Key]:
+    def _execute(self, sql: str, default: str, escapes: bool) -> StatementOutcome:
         effect = apply_ddl(sql, self, default, escapes=escapes)
         if effect.unparsed is not None:
             log.warning("schema_ddl_unparsed", statement=_short(sql), schema=default,
@@ -196,11 +239,13 @@ class SchemaHistory:
         for event, detail in effect.notes:
             log.warning(event, table=detail, statement=_short(sql))
         changes = {k: v for k, v in effect.changes.items() if self._tables.get(k) != v}
+        outcome = StatementOutcome(sql, effect.verb, [], effect.truncated)
         if not changes:
-            return []
+            return outcome
         if self._staged_from is None:
             self._staged_from = dict(self._tables)
         for key, table in changes.items():
+            outcome.changes.append((key, self._tables.get(key), table))
             if table is None:
                 self._tables.pop(key, None)
             else:
@@ -211,7 +256,7 @@ class SchemaHistory:
         log.info("schema_ddl_applied", statement=_short(sql, 500),
                  tables={".".join(k): None if v is None else v.column_names
                          for k, v in changes.items()})  # fmt: skip
-        return list(changes)
+        return outcome
 
     def commit(self, position: Position) -> None:
         """Stamp the staged DDL with the position after its transaction."""

@@ -157,7 +157,7 @@ def delivered_ids(daemon: DaemonProcess, db: str) -> set[int]:
     return {
         c["after"]["id"]
         for c in daemon.changes()
-        if c["db"] == db and c["table"] == "t" and c["after"] is not None
+        if c["source"]["db"] == db and c["source"]["table"] == "t" and c["after"] is not None
     }
 
 

@@ -109,12 +109,17 @@ class DaemonProcess:
         self.proc.send_signal(sig)
         return self.proc.wait(timeout=30)
 
-    def changes(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[dict[str, Any]]:
+        """Every line of the JSON-lines sink: row changes, TRUNCATE (op "t"), DDL events."""
         if not self.out.exists():
             return []
         # The daemon may be writing: a last line without its newline is not complete yet.
         lines = self.out.read_text().split("\n")[:-1]
         return [json.loads(line) for line in lines if line]
+
+    def changes(self) -> list[dict[str, Any]]:
+        """The row-change messages (op c, u or d)."""
+        return [m for m in self.messages() if m.get("op") in ("c", "u", "d")]
 
     def log_events(self) -> list[dict[str, Any]]:
         if not self.err.exists():

@@ -36,10 +36,10 @@ class Replicad(DaemonProcess):
 def fold(changes: list[dict[str, Any]], db: str) -> dict[str, dict[str, Any]]:
     tables: dict[str, dict[str, Any]] = {"a": {}, "b": {}}
     for change in changes:
-        if change["db"] != db:
+        if change["source"]["db"] != db:
             continue
-        rows = tables.setdefault(change["table"], {})
-        key_column = "id" if change["table"] == "a" else "k"
+        rows = tables.setdefault(change["source"]["table"], {})
+        key_column = "id" if change["source"]["table"] == "a" else "k"
         if change["before"] is not None:
             rows.pop(change["before"][key_column], None)
         if change["after"] is not None:
@@ -109,7 +109,7 @@ def duplicates(changes: list[dict[str, Any]], db: str) -> int:
     seen: set[tuple[str, int, int]] = set()
     dups = 0
     for change in changes:
-        if change["db"] != db:
+        if change["source"]["db"] != db:
             continue
         s = change["source"]
         key = (s["file"], s["pos"], s["row"])

@@ -90,9 +90,19 @@ def test_random_workload_folds_to_the_tables(shop, kafka, tmp_path) -> None:
     some = next(r for r in records if r.value is not None)
     envelope = orjson.loads(some.value)
     assert set(envelope) == {"before", "after", "source", "op", "ts_ms", "transaction"}
-    assert {"db", "table", "gtid", "file", "pos", "row", "ts_ms", "server"} <= set(
-        envelope["source"]
-    )
+    assert {
+        "db",
+        "table",
+        "gtid",
+        "file",
+        "pos",
+        "row",
+        "ts_ms",
+        "name",
+        "snapshot",
+        "thread",
+        "query",
+    } <= set(envelope["source"])
     accounts = [r for r in records if r.topic.endswith(".accounts") and r.value is not None]
     pk_changes = Counter(coordinates(r)[1:4] for r in accounts)
     assert any(n == 2 for n in pk_changes.values()), "no primary-key change was published"

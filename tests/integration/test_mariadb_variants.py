@@ -197,12 +197,14 @@ def test_dump_cli_envelope_positions_and_events(table, mariadb) -> None:
     result = _dump(path)
     assert result.returncode == 0, result.stderr
     lines = [orjson.loads(line) for line in result.stdout.splitlines()]
-    mine = [m for m in lines if m["db"] == name]
+    # The same messages Kafka gets: the row changes, and the DDL as schema-change events.
+    mine = [m for m in lines if m["source"]["db"] == name and "op" in m]
     assert [m["op"] for m in mine] == ["c", "c", "u", "d"]
     first = mine[0]
     assert first["before"] is None
     assert first["after"] == {"id": 1, "a": "a", "b": 1, "big": "AQ==", "note": "n1"}
     assert set(first["source"]) == {
+        "version", "connector", "name", "snapshot", "thread", "query", "schema_version",
         "file", "pos", "gtid", "row", "server_id", "ts_ms", "db", "table"
     }  # fmt: skip
     assert first["source"]["file"] == file and first["source"]["server_id"] == 1
@@ -248,7 +250,9 @@ def test_dump_reports_corruption_after_printing_what_decoded(table, mariadb, tmp
     result = _dump(str(broken))
     assert result.returncode != 0
     printed = [orjson.loads(x) for x in result.stdout.splitlines()]
-    assert [m["after"]["a"] for m in printed if m["db"] == name] == ["row0", "row1"]
+    assert [
+        m["after"]["a"] for m in printed if m["source"]["db"] == name and m.get("op") == "c"
+    ] == ["row0", "row1"]
     err = result.stderr.decode()
     assert str(broken) in err and f"offset={target['pos']}" in err and "CRC32" in err
 

@@ -160,8 +160,8 @@ def published(change: dict[str, Any]) -> tuple[Any, ...]:
     s = change["source"]
     return (
         change["op"],
-        change["db"],
-        change["table"],
+        change["source"]["db"],
+        change["source"]["table"],
         change["before"],
         change["after"],
         s["gtid"],
@@ -603,7 +603,7 @@ def test_row_changes_inside_one_payload_have_distinct_source_coordinates(tmp_pat
         wait_for(lambda: len(daemon.changes()) >= 4, 20, "four changes")
         assert daemon.stop() == 0
     changes = daemon.changes()
-    assert [(c["op"], c["table"], c["after"]) for c in changes] == [
+    assert [(c["op"], c["source"]["table"], c["after"]) for c in changes] == [
         (c.op, c.table, c.after) for c in txn.changes
     ]
     keys = Counter(

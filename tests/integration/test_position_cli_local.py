@@ -73,7 +73,9 @@ def test_running_daemon_is_not_moved_and_continues_from_a_set_position(db, tmp_p
     replicad.start()
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1, 1)")
-    wait_for(lambda: any(c["db"] == name for c in replicad.changes()), 40, "the first insert")
+    wait_for(
+        lambda: any(c["source"]["db"] == name for c in replicad.changes()), 40, "the first insert"
+    )
     wait_for(lambda: "running" in cli(replicad, "status").stdout, 20, "status to show it")
     status = json.loads(cli(replicad, "status", "--json").stdout)["pipelines"][0]
     assert status["leader"]["pid"] == replicad.proc.pid
@@ -88,7 +90,11 @@ def test_running_daemon_is_not_moved_and_continues_from_a_set_position(db, tmp_p
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (2, 2)")
     replicad.start()
-    wait_for(lambda: sum(1 for c in replicad.changes() if c["db"] == name) >= 3, 30, "the replay")
-    ids = [c["after"]["id"] for c in replicad.changes() if c["db"] == name]
+    wait_for(
+        lambda: sum(1 for c in replicad.changes() if c["source"]["db"] == name) >= 3,
+        30,
+        "the replay",
+    )
+    ids = [c["after"]["id"] for c in replicad.changes() if c["source"]["db"] == name]
     assert ids[:1] == [1] and ids[-2:] == [1, 2], ids
     assert replicad.stop() == 0

@@ -77,7 +77,7 @@ def test_stopped_pipeline_needs_force_and_then_resumes_there(
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1)")
     replicad.start()
-    wait_for(lambda: any(c["db"] == name for c in replicad.changes()), 40, "the insert")
+    wait_for(lambda: any(c["source"]["db"] == name for c in replicad.changes()), 40, "the insert")
     wait_for(lambda: status_of(replicad)["leader"] is not None, 20, "a leader in status")
     status = status_of(replicad)
     assert status["epoch"] == 2 and status["leader"]["pid"] == replicad.proc.pid
@@ -95,7 +95,7 @@ def test_running_leader_applies_a_queued_change_and_force_is_refused(
     replicad.start()
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1)")
-    wait_for(lambda: any(c["db"] == name for c in replicad.changes()), 40, "the insert")
+    wait_for(lambda: any(c["source"]["db"] == name for c in replicad.changes()), 40, "the insert")
     position_node = f"{zk_root}/default/pipelines/test/position"
     wait_for(lambda: node(zookeeper, position_node) is not None, 20, "a stored position")
     before = node(zookeeper, position_node)
@@ -122,7 +122,9 @@ def test_running_leader_applies_a_queued_change_and_force_is_refused(
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (2)")
     wait_for(
-        lambda: [c["after"]["id"] for c in replicad.changes() if c["db"] == name] == [1, 1, 2],
+        lambda: (
+            [c["after"]["id"] for c in replicad.changes() if c["source"]["db"] == name] == [1, 1, 2]
+        ),
         30,
         "the replay from the new position",
     )

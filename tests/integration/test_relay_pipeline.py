@@ -47,7 +47,7 @@ def comparable(changes: list[dict[str, Any]], db: str) -> list[tuple[Any, ...]]:
     change of `db` except when it was read."""
     out = []
     for change in changes:
-        if change["db"] != db:
+        if change["source"]["db"] != db:
             continue
         source = dict(change["source"])
         source.pop("read_ms", None)
@@ -106,7 +106,7 @@ def test_restarts_resume_the_relay_and_a_lost_relay_is_refetched(workdb, tmp_pat
     random_workload(conn, db, transactions=20, seed=24)
     replicad.start()
     assert_converged(replicad, conn, db)
-    repeated = Counter(source_key(c) for c in replicad.changes() if c["db"] == db)
+    repeated = Counter(source_key(c) for c in replicad.changes() if c["source"]["db"] == db)
     assert all(n <= 2 for n in repeated.values())
     after_kill = [k for k, n in repeated.items() if n == 2]
     assert all(k[:2] > (at_kill["file"], at_kill["pos"]) for k in after_kill), at_kill

@@ -44,7 +44,7 @@ def test_random_dml_arrives_complete_in_commit_order(workdb, tmp_path) -> None:
         assert_converged(replicad, conn, db)
     finally:
         assert replicad.stop() == 0
-    changes = [c for c in replicad.changes() if c["db"] == db]
+    changes = [c for c in replicad.changes() if c["source"]["db"] == db]
     assert duplicates(changes, db) == 0
     # Commit order: GTID sequence numbers never go backwards; rows of one transaction are
     # contiguous and numbered 0.. within each ROWS event.
@@ -184,11 +184,11 @@ def test_alter_table_between_changes_full_metadata(workdb, tmp_path) -> None:
             cur.execute(f"INSERT INTO `{db}`.a (id, v, n, extra) VALUES (2, 'after', 2, 8)")
             cur.execute(f"ALTER TABLE `{db}`.a DROP COLUMN v")
             cur.execute(f"UPDATE `{db}`.a SET n = 3 WHERE id = 2")
-        wait_for(lambda: len([c for c in replicad.changes() if c["db"] == db]) >= 3, 20,
+        wait_for(lambda: len([c for c in replicad.changes() if c["source"]["db"] == db]) >= 3, 20,
                  "three changes")  # fmt: skip
     finally:
         replicad.stop()
-    changes = [c for c in replicad.changes() if c["db"] == db]
+    changes = [c for c in replicad.changes() if c["source"]["db"] == db]
     assert changes[0]["after"] == {"id": 1, "v": "before", "n": 1}
     assert list(changes[1]["after"]) == ["extra", "id", "v", "n"]
     assert changes[1]["after"] == {"extra": 8, "id": 2, "v": "after", "n": 2}

@@ -51,11 +51,11 @@ def table_maps_since(conn, binlog_dir: Path, start: tuple[str, int], db: str) ->
 
 
 def ours(replicad: Replicad, db: str) -> list[dict[str, Any]]:
-    return [c for c in replicad.changes() if c["db"] == db]
+    return [c for c in replicad.changes() if c["source"]["db"] == db]
 
 
 def rows_of(change: dict[str, Any]) -> tuple[str, str, Any, Any]:
-    return change["table"], change["op"], change["before"], change["after"]
+    return change["source"]["table"], change["op"], change["before"], change["after"]
 
 
 def schema_warnings(replicad: Replicad) -> list[dict[str, Any]]:

@@ -13,13 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replicad.binlog.changes import RowChange
+from replicad.binlog.column_types import TableDescription
 from replicad.binlog.values import Geometry, float32_shortest
 from replicad.sinks.envelope import (
+    EnvelopeLines,
     EnvelopeWriter,
     change_envelope,
-    change_to_dict,
     dumps,
     format_time,
+    row_messages,
 )
 
 pytestmark = pytest.mark.unit
@@ -29,7 +31,7 @@ def _change(after: dict, json_columns: frozenset[str] = frozenset()) -> dict:
     change = RowChange(
         "c", "db", "t", None, after, "bin.000001", 120, 0, "0-1-5", 1, 1000, ("id",), json_columns
     )
-    return orjson.loads(dumps(change_to_dict(change)))
+    return orjson.loads(EnvelopeLines("pipe").row(change))
 
 
 def test_value_mapping() -> None:
@@ -78,22 +80,58 @@ def test_json_column_keeps_decimal_digits_verbatim() -> None:
         (),
         frozenset({"doc"}),
     )
-    assert b'"doc":{"d": 1.10}' in dumps(change_to_dict(change))
+    assert b'"doc":{"d": 1.10}' in EnvelopeLines("pipe").row(change)
 
 
 def test_source_block() -> None:
     out = _change({"id": 1})
-    assert out["source"] == {
-        "file": "bin.000001",
-        "pos": 120,
-        "gtid": "0-1-5",
-        "row": 0,
-        "server_id": 1,
+    source = out["source"]
+    assert source.pop("version")  # the package's
+    # Debezium's MySQL source fields (name, snapshot, thread, query), then replicad's.
+    assert source == {
+        "connector": "replicad",
+        "name": "pipe",
         "ts_ms": 1000,
+        "snapshot": "false",
         "db": "db",
         "table": "t",
+        "server_id": 1,
+        "gtid": "0-1-5",
+        "file": "bin.000001",
+        "pos": 120,
+        "row": 0,
+        "thread": None,
+        "query": None,
+        "schema_version": None,
     }
-    assert out["op"] == "c" and out["before"] is None
+    assert out["op"] == "c" and out["before"] is None and out["transaction"] is None
+
+
+def _update(before: dict, after: dict, pk: tuple[str, ...]) -> RowChange:
+    return RowChange("u", "db", "t", before, after, "f", 4, 0, None, 1, 0, pk)
+
+
+def test_a_primary_key_update_is_a_delete_and_a_create_in_every_output() -> None:
+    change = _update({"id": 1, "v": "a"}, {"id": 2, "v": "a"}, ("id",))
+    assert row_messages(change) == (("d", change.before, None), ("c", None, change.after))
+    lines = [orjson.loads(line) for line in EnvelopeLines("p").row(change).splitlines()]
+    assert [(m["op"], m["before"], m["after"]) for m in lines] == [
+        ("d", {"id": 1, "v": "a"}, None),
+        ("c", None, {"id": 2, "v": "a"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "pk"),
+    [
+        ({"id": 1, "v": "a"}, {"id": 1, "v": "b"}, ("id",)),  # key unchanged
+        ({"id": 1, "v": "a"}, {"id": 2, "v": "b"}, ()),  # no primary key: nothing to split
+    ],
+)
+def test_other_updates_stay_one_message(before: dict, after: dict, pk: tuple[str, ...]) -> None:
+    change = _update(before, after, pk)
+    assert row_messages(change) == (("u", before, after),)
+    assert len(EnvelopeLines("p").row(change).splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -149,13 +187,19 @@ _ROWS = st.dictionaries(st.text(min_size=1, max_size=8), _VALUES, max_size=6)
     transaction=st.one_of(
         st.none(), st.just({"id": "0-1-5", "total_order": 2, "data_collection_order": 1})
     ),
+    thread=st.one_of(st.none(), st.integers(min_value=0, max_value=2**32 - 1)),
+    query=st.one_of(st.none(), st.text(max_size=20)),
+    schema=st.one_of(st.none(), st.just(TableDescription("db", "t", (), ("id",), "0123abcd"))),
 )
 def test_envelope_writer_renders_exactly_the_reference_envelope(
-    before, after, op, gtid, file, pos, table, transaction
+    before, after, op, gtid, file, pos, table, transaction, thread, query, schema
 ) -> None:
     """EnvelopeWriter (pre-rendered parts, bytes formatting) against change_envelope + dumps
     (a dict built field by field): byte-for-byte the same JSON."""
-    change = RowChange(op, 'db"x', table, before, after, file, pos, 3, gtid, 7, 1000)
+    change = RowChange(
+        op, 'db"x', table, before, after, file, pos, 3, gtid, 7, 1000, (), frozenset(),
+        schema, thread, query,
+    )  # fmt: skip
     writer = EnvelopeWriter('pipe"line')
     for _ in range(2):  # the second time from the cached parts
         fast = writer.value(change, op, before, after, 123, transaction)

@@ -755,7 +755,7 @@ class TestTransactionPayload:
             },
         ]
         for index, line in enumerate(lines):
-            assert (line["db"], line["table"]) == ("shop", "orders")
+            assert (line["source"]["db"], line["source"]["table"]) == ("shop", "orders")
             assert line["source"]["file"] == "binlog.000042"
             assert line["source"]["pos"] == payload_pos
             assert line["source"]["row"] == index

@@ -1,0 +1,1 @@
+"""Consumer-side helpers: reading what replicad publishes (no Kafka client here)."""

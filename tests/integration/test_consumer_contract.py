@@ -1,0 +1,327 @@
+"""What consumers read (issue 15): the schema topic types every change message, TRUNCATE is
+op "t" on the table's topic and other DDL a schema-change event, all in binlog order.
+
+Oracle: the tables as PyMySQL's SELECT returns them (its own Python types), compared with the
+change messages typed by `replicad.consumers.typed` from the schema topic alone — the test
+never tells the consumer a column type.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import struct
+import uuid
+from typing import Any
+
+import orjson
+import pymysql
+import pytest
+
+from replicad.consumers.typed import SchemaCatalog
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.kafka_helpers import Record, consume_all
+from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
+
+pytestmark = pytest.mark.integration
+
+ALL_TYPES = """CREATE TABLE t (
+    id INT NOT NULL PRIMARY KEY,
+    ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mi MEDIUMINT UNSIGNED, bi BIGINT,
+    bu BIGINT UNSIGNED, de DECIMAL(20,6), dz DECIMAL(5,0), fl FLOAT, dbl DOUBLE, bt BIT(12),
+    d DATE, dt0 DATETIME, dt6 DATETIME(6), ts3 TIMESTAMP(3) NULL, tm TIME(6), y YEAR,
+    c CHAR(5), vc VARCHAR(40), bn BINARY(4), vb VARBINARY(16), tx TEXT, bl BLOB,
+    e ENUM('x','y','z'), st SET('a','b','c'), j JSON, g GEOMETRY
+)"""
+
+COLUMNS = [
+    "ti", "tu", "si", "mi", "bi", "bu", "de", "dz", "fl", "dbl", "bt", "d", "dt0", "dt6", "ts3",
+    "tm", "y", "c", "vc", "bn", "vb", "tx", "bl", "e", "st", "j", "g",
+]  # fmt: skip
+
+
+def _value(column: str, rng: random.Random) -> Any:
+    """A random SQL literal (text) for one column, edge values included."""
+    pick = rng.random()
+    if pick < 0.08:
+        return "NULL"
+    if column in ("ti",):
+        return str(rng.choice([-128, 127, 0, rng.randint(-128, 127)]))
+    if column == "tu":
+        return str(rng.choice([0, 255, rng.randint(0, 255)]))
+    if column == "si":
+        return str(rng.choice([-32768, 32767, rng.randint(-32768, 32767)]))
+    if column == "mi":
+        return str(rng.choice([0, 16777215, rng.randint(0, 16777215)]))
+    if column == "bi":
+        return str(rng.choice([-(2**63), 2**63 - 1, rng.randint(-(2**63), 2**63 - 1)]))
+    if column == "bu":
+        return str(rng.choice([0, 2**64 - 1, rng.randint(0, 2**64 - 1)]))
+    if column == "de":
+        return f"{rng.choice(['-', ''])}{rng.randint(0, 10**14 - 1)}.{rng.randint(0, 999999):06d}"
+    if column == "dz":
+        return str(rng.randint(-99999, 99999))
+    if column == "fl":
+        return rng.choice(["1.1", "-3.25", "0", "3.4e38", "1e-30"])
+    if column == "dbl":
+        return repr(rng.choice([0.1, -1e300, 2.5e-300, rng.uniform(-1e6, 1e6)]))
+    if column == "bt":
+        return f"b'{rng.randint(0, 4095):b}'"
+    if column == "d":
+        return rng.choice(["'1000-01-01'", "'9999-12-31'", "'1969-12-31'", "'2024-02-29'"])
+    if column == "dt0":
+        return rng.choice(
+            ["'1000-01-01 00:00:00'", "'9999-12-31 23:59:59'", "'1960-05-06 07:08:09'"]
+        )
+    if column == "dt6":
+        return f"'2021-03-04 05:06:07.{rng.randint(0, 999999):06d}'"
+    if column == "ts3":
+        return (
+            f"'2038-01-19 03:14:07.{rng.randint(0, 999):03d}'"
+            if pick < 0.5
+            else "'1970-01-01 00:00:01.000'"
+        )
+    if column == "tm":
+        some = f"'{rng.randint(0, 99)}:{rng.randint(0, 59)}:01.{rng.randint(0, 999999):06d}'"
+        return rng.choice(["'-838:59:59.000000'", "'838:59:59.000000'", "'-00:00:00.5'", some])
+    if column == "y":
+        return rng.choice(["1901", "2155", "0", "2024"])
+    if column == "c":
+        return rng.choice(["'ab'", "''", "'ñü€x'"])
+    if column == "vc":
+        return rng.choice(["'plain'", "'quote '' and \\\\ backslash'", "'日本語テキスト'", "''"])
+    if column == "bn":
+        return rng.choice(["x'00'", "x'ffffffff'", "x'0102'"])
+    if column == "vb":
+        return rng.choice(["x''", "x'00ff00'", f"x'{rng.randbytes(16).hex()}'"])
+    if column == "tx":
+        return rng.choice(["'text'", "REPEAT('long ', 2000)"])
+    if column == "bl":
+        return f"x'{rng.randbytes(rng.randint(0, 300)).hex()}'"
+    if column == "e":
+        return rng.choice(["'x'", "'z'"])
+    if column == "st":
+        return rng.choice(["''", "'a,c'", "'a,b,c'"])
+    if column == "j":
+        return rng.choice(['\'{"a": [1, 2.5, null], "b": "x"}\'', "'[]'", "'\"s\"'"])
+    if column == "g":
+        return rng.choice(
+            ["ST_GeomFromText('POINT(1 2)')", "ST_GeomFromText('LINESTRING(0 0,1 1)', 4326)"]
+        )
+    raise AssertionError(column)
+
+
+def _selected(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[str, Any]]:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM `{db}`.t")
+        return {row["id"]: row for row in cur.fetchall()}
+
+
+def _comparable(column: str, value: Any) -> Any:
+    """A typed message value in the form PyMySQL gives the same SQL value."""
+    if value is None:
+        return None
+    if column == "bt":  # BIT: an int in the message, big-endian bytes from PyMySQL
+        return value.to_bytes(2, "big")
+    if column == "ts3":  # TIMESTAMP: UTC in the message; the session zone here is UTC
+        return value.replace(tzinfo=None)
+    if column == "g":  # (srid, WKB) in the message; SRID + WKB in MariaDB's own format
+        srid, wkb = value
+        return struct.pack("<I", srid) + wkb
+    return value
+
+
+def _fold(messages: list[dict[str, Any]], catalog: SchemaCatalog) -> dict[int, dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
+    for message in messages:
+        if message["op"] == "t":
+            rows.clear()
+            continue
+        before, after = catalog.decode(message)
+        if before is not None:
+            rows.pop(before["id"], None)
+        if after is not None:
+            rows[after["id"]] = {k: _comparable(k, v) for k, v in after.items()}
+    return rows
+
+
+def _changes(records: list[Record]) -> list[dict[str, Any]]:
+    return [r.json() for r in records if r.value is not None]
+
+
+def _coordinates(message: dict[str, Any]) -> tuple[str, int]:
+    return message["source"]["file"], message["source"]["pos"]
+
+
+def _insert(cur: Any, rng: random.Random, ids: range, columns: list[str]) -> None:
+    for i in ids:
+        values = ", ".join(_value(c, rng) for c in columns)
+        cur.execute(f"INSERT INTO t (id, {', '.join(columns)}) VALUES ({i}, {values})")
+
+
+def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_alter(
+    db, kafka, tmp_path
+) -> None:
+    conn, name = db
+    rng = random.Random(15)
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(ALL_TYPES)
+    replicad = KafkaReplicad(tmp_path, server_id=7151, prefix=prefix, kafka=kafka)
+    replicad.start()
+    with conn.cursor() as cur:
+        _insert(cur, rng, range(1, 41), COLUMNS)
+        for i in rng.sample(range(1, 41), 10):
+            cur.execute(f"UPDATE t SET vc = 'upd', de = -de, tm = '01:02:03.4' WHERE id = {i}")
+        cur.execute("DELETE FROM t WHERE id IN (3, 4)")
+    before_alter = _selected(conn, name)
+    with conn.cursor() as cur:
+        # adds, drops and retypes columns; then every row is written in the new shape
+        cur.execute(
+            "ALTER TABLE t ADD COLUMN added VARCHAR(10) DEFAULT 'n' AFTER id, DROP COLUMN tx, "
+            "MODIFY COLUMN si BIGINT, MODIFY COLUMN de DECIMAL(30,10), MODIFY COLUMN vc TEXT"
+        )
+        cur.execute("UPDATE t SET added = CONCAT('a', id), si = si * 1000000")
+        new_columns = ["added", *[c for c in COLUMNS if c != "tx"]]
+        _insert(cur, rng, range(41, 61), new_columns)
+        cur.execute("UPDATE t SET id = id + 1000 WHERE id = 5")  # a primary-key change
+    after_alter = _selected(conn, name)
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+
+    topic = f"{prefix}.{name}.t"
+    messages = _changes(consume_all(kafka, [topic], idle_s=3.0))
+    schema_records = _changes(consume_all(kafka, [f"{prefix}.schema"], idle_s=3.0))
+    catalog = SchemaCatalog()
+    for record in schema_records:
+        catalog.add(record)
+
+    # The ALTER is a schema-change event with the columns before and after it.
+    alters = [d for d in catalog.ddl if d["db"] == name and d["table"] == "t"]
+    assert [d["kind"] for d in alters] == ["alter"], alters  # CREATE was before the start
+    alter = alters[0]
+    assert "ADD COLUMN added" in alter["ddl"]
+    assert "tx" in [c["name"] for c in alter["before"]["columns"]]
+    assert "tx" not in [c["name"] for c in alter["after"]["columns"]]
+    at = (alter["source"]["file"], alter["source"]["pos"])
+
+    # Two versions of the row image, each written once, each with exact types.
+    versions = {m["source"]["schema_version"] for m in messages}
+    assert len(versions) == 2, versions
+    tables = [r for r in schema_records if r["type"] == "table" and r["table"] == "t"]
+    assert sorted(r["version"] for r in tables) == sorted(versions)
+    old = next(r for r in tables if "tx" in [c["name"] for c in r["columns"]])
+    de = next(c for c in old["columns"] if c["name"] == "de")
+    assert (de["sql"], de["precision"], de["scale"]) == ("decimal(20,6)", 20, 6)
+    assert next(c for c in old["columns"] if c["name"] == "dt6")["sql"] == "datetime(6)"
+    assert next(c for c in old["columns"] if c["name"] == "bu")["sql"] == "bigint unsigned"
+
+    early = [m for m in messages if _coordinates(m) < at]
+    assert _fold(early, catalog) == before_alter
+    assert _fold(messages, catalog) == after_alter
+
+
+def test_truncate_and_drop_arrive_in_order_through_the_relay_and_a_sigkill(
+    db, kafka, tmp_path
+) -> None:
+    conn, name = db
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.{name}.t"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute("CREATE TABLE other (id INT PRIMARY KEY)")
+    replicad = KafkaReplicad(
+        tmp_path,
+        server_id=7152,
+        prefix=prefix,
+        kafka=kafka,
+        kafka_yaml="topics: {partitions: 3}",
+        extra_yaml=f"relay: {{enabled: true, directory: '{tmp_path / 'relay'}'}}\n",
+    )
+    replicad.start()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        cur.execute("TRUNCATE TABLE t")
+
+    def truncated() -> bool:
+        return any(m.get("op") == "t" for m in _changes(consume_all(kafka, [topic], idle_s=1.0)))
+
+    wait_for(truncated, 60, "the TRUNCATE message")
+    replicad.stop(signal.SIGKILL)  # right after the DDL: its position may not be stored yet
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (4, 'd')")
+        cur.execute("INSERT INTO other VALUES (1)")
+        cur.execute("DROP TABLE other")
+        cur.execute("INSERT INTO t VALUES (5, 'e')")
+    replicad.start()
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+
+    records = consume_all(kafka, [topic], idle_s=3.0)
+    # Every partition has the TRUNCATE, after every message of the rows it removed and before
+    # those of the rows written after it (a restart may send a run of messages again).
+    truncates = [r for r in records if r.value is not None and r.json()["op"] == "t"]
+    assert {r.partition for r in truncates} == {0, 1, 2}
+    rows: dict[int, Any] = {}
+    for partition in range(3):
+        mine = [r.json() for r in records if r.partition == partition and r.value is not None]
+        ops = [(m["op"], (m["after"] or m["before"] or {}).get("id")) for m in mine]
+        last_t = len(ops) - 1 - ops[::-1].index(("t", None))
+        assert all(i in (1, 2, 3) for op, i in ops[:last_t] if op != "t"), ops
+        assert all(i in (4, 5) for _, i in ops[last_t + 1 :]), ops
+        partition_rows: dict[int, Any] = {}
+        for m in mine:  # a consumer of this partition, in offset order
+            if m["op"] == "t":
+                partition_rows.clear()
+            elif m["after"] is not None:
+                partition_rows[m["after"]["id"]] = m["after"]
+        rows.update(partition_rows)
+    assert sorted(rows) == [4, 5]
+    assert all(r.key is not None for r in records if r.value is not None and r.json()["op"] != "t")
+    t_message = truncates[0].json()
+    assert t_message["before"] is None and t_message["after"] is None
+    assert t_message["source"]["query"].upper().startswith("TRUNCATE")
+
+    # DROP is a schema-change event between the rows around it (binlog coordinates).
+    schema = _changes(consume_all(kafka, [f"{prefix}.schema"], idle_s=3.0))
+    drops = [s for s in schema if s["type"] == "ddl" and s["kind"] == "drop"]
+    assert [(d["db"], d["table"]) for d in drops[:1]] == [(name, "other")]
+    drop = drops[0]
+    assert drop["after"] is None and drop["before"]["columns"][0]["name"] == "id"
+    row4 = next(r.json() for r in records if r.value and (r.json()["after"] or {}).get("id") == 4)
+    row5 = next(r.json() for r in records if r.value and (r.json()["after"] or {}).get("id") == 5)
+    assert _coordinates(row4) < _coordinates(drop) < _coordinates(row5)
+    assert orjson.loads(orjson.dumps(drop))["ddl"].upper().startswith("DROP TABLE")
+
+
+def test_filters_apply_to_table_level_events(db, kafka, tmp_path) -> None:
+    conn, name = db
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE kept (id INT PRIMARY KEY)")
+        cur.execute("CREATE TABLE skipped (id INT PRIMARY KEY)")
+    replicad = KafkaReplicad(
+        tmp_path,
+        server_id=7153,
+        prefix=prefix,
+        kafka=kafka,
+        extra_yaml=f"filters:\n  exclude: ['{name}\\.skipped']\n",
+    )
+    replicad.start()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO kept VALUES (1)")
+        cur.execute("INSERT INTO skipped VALUES (1)")
+        cur.execute("TRUNCATE TABLE kept")
+        cur.execute("TRUNCATE TABLE skipped")
+        cur.execute("ALTER TABLE skipped ADD COLUMN x INT")
+        cur.execute("ALTER TABLE kept ADD COLUMN x INT")
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+    records = consume_all(kafka, rf"{prefix}\..*", idle_s=3.0)
+    assert {r.topic for r in records} == {f"{prefix}.{name}.kept", f"{prefix}.schema"}
+    schema = [r.json() for r in records if r.topic.endswith(".schema") and r.value]
+    ddl = [(s["table"], s["kind"]) for s in schema if s["type"] == "ddl" and s["db"] == name]
+    assert ddl == [("kept", "alter")]
+    ops = [r.json()["op"] for r in records if r.topic.endswith(".kept") and r.value]
+    assert ops == ["c", "t"]
