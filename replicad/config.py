@@ -325,11 +325,33 @@ class RelayConfig(_Strict):
     on_corruption: Literal["fail", "refetch"] = "fail"
 
 
+class EnvelopeConfig(_Strict):
+    """How column values are written in every output (Kafka, JSON lines): `exact` (DECIMAL as
+    a string, temporal as ISO-8601; docs/consumers.md) or `debezium` (Debezium's MySQL
+    connector encodings under its options, checked when the sinks start). `schemas_enable`
+    wraps keys and values in Kafka Connect JSON's {"schema", "payload"} (Debezium mode)."""
+
+    values: Literal["exact", "debezium"] = "exact"
+    decimal_handling_mode: str = "precise"  # precise | string | double
+    time_precision_mode: str = "adaptive_time_microseconds"  # | connect
+    binary_handling_mode: str = "bytes"  # bytes | base64 | base64-url-safe | hex
+    bigint_unsigned_handling_mode: str = "long"  # long | precise
+    enable_time_adjuster: bool = True
+    schemas_enable: bool = False
+
+    @model_validator(mode="after")
+    def _schemas_need_debezium(self) -> EnvelopeConfig:
+        if self.schemas_enable and self.values != "debezium":
+            raise ValueError("envelope.schemas_enable needs envelope.values: debezium")
+        return self
+
+
 class Config(_Strict):
     pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     source: SourceConfig = SourceConfig()
     filters: FiltersConfig = FiltersConfig()
     sinks: SinksConfig = SinksConfig()
+    envelope: EnvelopeConfig = EnvelopeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
     coordination: CoordinationConfig = CoordinationConfig()

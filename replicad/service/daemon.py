@@ -35,6 +35,7 @@ from replicad.sinks.base import Sink
 from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
+from replicad.sinks.value_modes import ValueMode
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,
@@ -77,13 +78,14 @@ class Pipeline:
         self.filter = ChangeFilter(config.filters)
         self.sinks: list[Sink] = []
         self.kafka: KafkaSink | None = None
+        values = ValueMode(config.envelope)  # a bad Debezium option is a ConfigError here
         if config.sinks.kafka is not None:
-            self.kafka = KafkaSink(config.sinks.kafka, config.pipeline, self.filter)
+            self.kafka = KafkaSink(config.sinks.kafka, config.pipeline, self.filter, values)
             self.sinks.append(self.kafka)
         stdout = config.sinks.stdout
         if stdout is not None or not self.sinks:  # stdout is the default without Kafka
             self.sinks.append(
-                JsonLinesSink(stdout.path if stdout else None, self.filter, config.pipeline)
+                JsonLinesSink(stdout.path if stdout else None, self.filter, config.pipeline, values)
             )
         self.stream: ReplicaStream | RelayedStream
         if config.relay.enabled:

@@ -15,7 +15,7 @@ import binascii
 import datetime as dt
 import time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -24,6 +24,9 @@ from replicad.binlog import jsonb
 from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.column_types import TableDescription
 from replicad.binlog.values import Geometry
+
+if TYPE_CHECKING:
+    from replicad.sinks.value_modes import ConnectSchemas
 
 
 def format_time(value: dt.timedelta) -> str:
@@ -217,9 +220,11 @@ class EnvelopeWriter:
     row costs the JSON of its images and one bytes formatting, not a nested dict.
     `change_envelope` stays the reference: a test holds the two byte-for-byte equal."""
 
-    __slots__ = ("_gtid", "_name", "_query", "_tables", "_text", "_version")
+    __slots__ = ("_gtid", "_name", "_query", "_tables", "_text", "_version", "connect", "name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, connect: ConnectSchemas | None = None) -> None:
+        self.name = name
+        self.connect = connect  # schemas_enable: {"schema", "payload"} around each value
         self._name = orjson.dumps(name)
         self._tables: dict[tuple[str, str, int], tuple[bytes, bytes]] = {}
         # The last file/GTID/statement/schema seen, by identity: rows of a transaction, or of
@@ -256,7 +261,7 @@ class EnvelopeWriter:
         json_columns = change.json_columns
         if json_columns:
             before, after = _row(before, json_columns), _row(after, json_columns)
-        return b'{"before":%b,"after":%b%b%d%b%b,"file":%b,"pos":%b,"row":%d,"thread":%b,' \
+        body = b'{"before":%b,"after":%b%b%d%b%b,"file":%b,"pos":%b,"row":%d,"thread":%b,' \
             b'"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,"transaction":%b}' % (
             _dumps_row(before),
             _dumps_row(after),
@@ -274,6 +279,17 @@ class EnvelopeWriter:
             ts_ms,
             b"null" if transaction is None else dumps(transaction),
         )  # fmt: skip
+        if self.connect is None:
+            return body
+        return self.connect.wrap_value(body, change.db, change.table, self.name, schema)
+
+    def truncate(self, change: TableChange, ts_ms: int) -> bytes:
+        """The op "t" message of a TRUNCATE (with schemas: the envelope's schema without the
+        row's fields, which a TRUNCATE does not name)."""
+        body = dumps(truncate_envelope(change, self.name, ts_ms))
+        if self.connect is None:
+            return body
+        return self.connect.wrap_value(body, change.db, change.table, self.name, None)
 
     def _table_parts(self, change: RowChange) -> tuple[bytes, bytes]:
         head = b',"source":{"version":%b,"connector":"replicad","name":%b,"ts_ms":' % (
@@ -296,9 +312,9 @@ class EnvelopeLines:
 
     __slots__ = ("name", "writer")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, connect: ConnectSchemas | None = None) -> None:
         self.name = name
-        self.writer = EnvelopeWriter(name)
+        self.writer = EnvelopeWriter(name, connect)
 
     def row(self, change: RowChange) -> bytes:
         now_ms = int(time.time() * 1000)
@@ -311,5 +327,5 @@ class EnvelopeLines:
     def table(self, change: TableChange) -> bytes:
         now_ms = int(time.time() * 1000)
         if change.kind == "truncate":
-            return dumps(truncate_envelope(change, self.name, now_ms)) + b"\n"
+            return self.writer.truncate(change, now_ms) + b"\n"
         return dumps(schema_change_value(change, self.name, now_ms)) + b"\n"

@@ -49,10 +49,10 @@ from replicad.sinks.envelope import (
     row_messages,
     schema_change_value,
     table_schema_value,
-    truncate_envelope,
 )
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
+from replicad.sinks.value_modes import ValueMode
 
 log = structlog.get_logger("replicad.sinks.kafka")
 
@@ -78,8 +78,15 @@ Message = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None,
 
 
 class KafkaSink:
-    def __init__(self, config: KafkaSinkConfig, pipeline: str, change_filter: ChangeFilter):
+    def __init__(
+        self,
+        config: KafkaSinkConfig,
+        pipeline: str,
+        change_filter: ChangeFilter,
+        values: ValueMode | None = None,
+    ):
         self.config = config
+        self.values = values or ValueMode()
         self.pipeline = pipeline
         self.routing = KafkaRouting(config, pipeline)
         self.filter = change_filter
@@ -99,7 +106,7 @@ class KafkaSink:
         self.topics = Topics(config)
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
-        self.writer = EnvelopeWriter(pipeline)
+        self.writer = EnvelopeWriter(pipeline, self.values.connect)
         self._schema_topic = self.routing.schema_topic  # "" when switched off
         self._schemas_sent: set[tuple[str, str, str]] = set()
         self._last_schema: TableDescription | None = None
@@ -188,6 +195,7 @@ class KafkaSink:
     # ------------------------------------------------------------------ publishing
 
     def publish(self, change: RowChange) -> None:
+        change = self.values.convert(change)
         routing = self.routing
         topic = routing.topic(change.db, change.table)
         schema = change.schema
@@ -204,7 +212,7 @@ class KafkaSink:
         transaction = self._transaction_block(change) if self.config.transaction_metadata else None
         value = self.writer.value
         for op, before, after in row_messages(change):
-            key = _key_bytes(routing.key(change, before if op == "d" else after))
+            key = self._key(change, routing.key(change, before if op == "d" else after))
             self._send_raw(
                 topic,
                 key,
@@ -231,7 +239,7 @@ class KafkaSink:
         if change.kind == "truncate":
             topic = self.routing.topic(change.db, change.table)
             await self.topics.ensure(topic)
-            value = dumps(truncate_envelope(change, self.pipeline, now_ms))
+            value = self.writer.truncate(change, now_ms)
             for partition in range(self.topics.partitions.get(topic, 1)):
                 self._send_raw(topic, None, value, headers, partition)
             return
@@ -241,6 +249,15 @@ class KafkaSink:
         key = {"db": change.db, "table": change.table, "ddl": f"{change.file}:{change.pos}"}
         value = dumps(schema_change_value(change, self.pipeline, now_ms))
         self._send_raw(topic, dumps(key), value, headers)
+
+    def _key(self, change: RowChange, key: dict[str, Any] | None) -> bytes | None:
+        if key is None:
+            return None
+        body = dumps(key)
+        connect = self.values.connect
+        if connect is None:
+            return body
+        return connect.wrap_key(body, key, change.db, change.table, self.pipeline, change.schema)
 
     def _send_schema(self, change: RowChange, schema: TableDescription) -> None:
         """The table's schema record, before the first change of this process that names its
@@ -314,7 +331,7 @@ class KafkaSink:
                 topic,
                 value,
                 key,
-                partition,
+                partition=partition,
                 on_delivery=unit.delivered,
                 headers=headers,  # type: ignore[arg-type]
             )

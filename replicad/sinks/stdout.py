@@ -20,6 +20,7 @@ from replicad.binlog.position import Position
 from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import EnvelopeLines
 from replicad.sinks.routing import ChangeFilter
+from replicad.sinks.value_modes import ValueMode
 
 __all__ = ["JsonLinesSink", "SinkError"]
 
@@ -32,11 +33,13 @@ class JsonLinesSink:
         path: str | os.PathLike[str] | None = None,
         change_filter: ChangeFilter | None = None,
         name: str = "replicad",
+        values: ValueMode | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.filter = change_filter
         self.name = name  # the envelope's source.name (the pipeline)
-        self.lines = EnvelopeLines(name)
+        self.values = values or ValueMode()
+        self.lines = EnvelopeLines(name, self.values.connect)
         self._marked = 0
         self._out: BinaryIO
         if self.path is None:
@@ -51,6 +54,7 @@ class JsonLinesSink:
                 ) from None
 
     def publish(self, change: RowChange) -> None:
+        change = self.values.convert(change)
         if self.filter is not None and self.filter.touches_columns:
             before, after = self.filter.rows(change)
             change = dataclasses.replace(change, before=before, after=after)

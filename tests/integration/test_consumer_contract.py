@@ -104,6 +104,8 @@ def _value(column: str, rng: random.Random) -> Any:
         return rng.choice(["''", "'a,c'", "'a,b,c'"])
     if column == "j":
         return rng.choice(['\'{"a": [1, 2.5, null], "b": "x"}\'', "'[]'", "'\"s\"'"])
+    if column == "added":
+        return f"'n{rng.randint(0, 99)}'"
     if column == "g":
         return rng.choice(
             ["ST_GeomFromText('POINT(1 2)')", "ST_GeomFromText('LINESTRING(0 0,1 1)', 4326)"]

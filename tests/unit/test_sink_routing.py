@@ -172,7 +172,9 @@ class _FakeProducer:
         self.sent: list[tuple[str, bytes | None, list[tuple[str, bytes]] | None]] = []
         self.log: list[str] = []
 
-    def produce(self, topic: str, value: Any, key: Any, on_delivery: Any, headers: Any) -> None:
+    def produce(
+        self, topic: str, value: Any, key: Any, partition: int, on_delivery: Any, headers: Any
+    ) -> None:
         self.sent.append((topic, value, headers))
 
     def poll(self, timeout: float) -> int:

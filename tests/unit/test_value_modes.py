@@ -1,0 +1,85 @@
+"""The `envelope` value modes (replicad/sinks/value_modes.py): `debezium` converts row images
+before keys, filters and the envelope see them; `schemas_enable` wraps keys and values in
+Kafka Connect JSON. Expected values are worked out by hand from Debezium's documented
+encodings (tests/unit/test_debezium_values.py holds the per-type goldens)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import orjson
+import pytest
+
+from replicad.binlog.changes import RowChange
+from replicad.binlog.column_types import ColumnDescription, SqlType, TableDescription
+from replicad.config import EnvelopeConfig
+from replicad.errors import ConfigError
+from replicad.sinks.envelope import EnvelopeLines
+from replicad.sinks.value_modes import ValueMode
+
+pytestmark = pytest.mark.unit
+
+SCHEMA = TableDescription(
+    "shop",
+    "orders",
+    (
+        ColumnDescription("id", SqlType("int"), False),
+        ColumnDescription("total", SqlType("decimal", precision=10, scale=2), True),
+        ColumnDescription("day", SqlType("date"), True),
+        ColumnDescription("doc", SqlType("json"), True),
+    ),
+    ("id",),
+    "v1",
+)
+
+
+def change(after: dict) -> RowChange:
+    return RowChange("c", "shop", "orders", None, after, "bin.000001", 4, 0, None, 1, 0,
+                     ("id",), frozenset({"doc"}), SCHEMA)  # fmt: skip
+
+
+def test_exact_mode_leaves_values_alone() -> None:
+    c = change({"id": 1, "total": Decimal("1.50"), "day": dt.date(2020, 1, 2), "doc": [1]})
+    assert ValueMode(EnvelopeConfig()).convert(c) is c
+
+
+def test_debezium_mode_converts_each_column() -> None:
+    mode = ValueMode(EnvelopeConfig(values="debezium"))
+    c = change({"id": 1, "total": Decimal("1.50"), "day": dt.date(2020, 1, 2), "doc": [1]})
+    after = mode.convert(c).after
+    # unscaled 150 = 0x96: two's complement needs a leading 0x00 -> b"\x00\x96" -> "AJY="
+    # 2020-01-02 is 18263 days after 1970-01-01; JSON is its MySQL text
+    assert after == {"id": 1, "total": "AJY=", "day": 18263, "doc": "[1]"}
+    line = orjson.loads(EnvelopeLines("p").row(mode.convert(c)))
+    assert line["after"] == after
+
+
+def test_decimal_string_mode() -> None:
+    mode = ValueMode(EnvelopeConfig(values="debezium", decimal_handling_mode="string"))
+    assert mode.convert(change({"id": 1, "total": Decimal("-0.05")})).after == {
+        "id": 1,
+        "total": "-0.05",
+    }
+
+
+def test_schemas_enable_wraps_values_with_the_row_fields() -> None:
+    mode = ValueMode(EnvelopeConfig(values="debezium", schemas_enable=True))
+    c = mode.convert(change({"id": 7, "total": None, "day": None, "doc": None}))
+    message = orjson.loads(EnvelopeLines("p", mode.connect).row(c))
+    assert set(message) == {"schema", "payload"}
+    assert message["payload"]["after"]["id"] == 7
+    envelope = message["schema"]
+    assert envelope["name"] == "p.shop.orders.Envelope"
+    after = next(f for f in envelope["fields"] if f["field"] == "after")
+    total = next(f for f in after["fields"] if f["field"] == "total")
+    assert total["name"] == "org.apache.kafka.connect.data.Decimal"
+    assert total["parameters"] == {"scale": "2", "connect.decimal.precision": "10"}
+    assert [f["field"] for f in after["fields"]] == ["id", "total", "day", "doc"]
+
+
+def test_bad_debezium_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError):
+        ValueMode(EnvelopeConfig(values="debezium", decimal_handling_mode="exactish"))
+    with pytest.raises(ValueError):
+        EnvelopeConfig(values="exact", schemas_enable=True)
