@@ -162,7 +162,13 @@ class SinksConfig(_Strict):
 
 class ColumnFiltersConfig(_Strict):
     exclude: list[str] = []  # regexes matched against "db.table.column"
-    mask: list[str] = []  # the value is replaced by "***" (the key keeps the real value)
+    mask: list[str] = []  # the value is replaced by "***" (not allowed on a key column)
+    # The value, in images and keys, is replaced by the hex HMAC of its JSON text under a
+    # secret salt read from the environment variable `salt_env`: equal values stay equal
+    # (joins, keys), none appears in clear.
+    hash: list[str] = []
+    hash_algorithm: Literal["sha256", "sha512"] = "sha256"
+    salt_env: str = "REPLICAD_MASK_SALT"
 
 
 class FiltersConfig(_Strict):
@@ -171,6 +177,10 @@ class FiltersConfig(_Strict):
     include: list[str] = [".*"]
     exclude: list[str] = []
     columns: ColumnFiltersConfig = ColumnFiltersConfig()
+    # The message key's columns per table (Debezium's message.key.columns): regexes fully
+    # matched against "db.table" -> column names; the first match wins. Overrides the
+    # primary key (a change of these columns is then a delete and a create).
+    key_columns: dict[str, list[str]] = {}
 
     @model_validator(mode="after")
     def _valid_regexes(self) -> FiltersConfig:
@@ -179,6 +189,8 @@ class FiltersConfig(_Strict):
             ("exclude", self.exclude),
             ("columns.exclude", self.columns.exclude),
             ("columns.mask", self.columns.mask),
+            ("columns.hash", self.columns.hash),
+            ("key_columns", list(self.key_columns)),
         ):
             for pattern in patterns:
                 try:

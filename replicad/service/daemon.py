@@ -276,6 +276,7 @@ class Pipeline:
                         if wanted:
                             if lease is not None and not lease.valid:
                                 await self._wait_for_lease(lease)
+                            change = self.filter.prepared(change)
                             for sink in sinks:
                                 sink.publish(change)
                                 if sink.backlogged:

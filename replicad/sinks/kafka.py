@@ -212,7 +212,8 @@ class KafkaSink:
         transaction = self._transaction_block(change) if self.config.transaction_metadata else None
         value = self.writer.value
         for op, before, after in row_messages(change):
-            key = self._key(change, routing.key(change, before if op == "d" else after))
+            row = self.filter.key_row(change, before if op == "d" else after)
+            key = self._key(change, routing.key(change, row))
             self._send_raw(
                 topic,
                 key,

@@ -8,13 +8,18 @@ a dictionary lookup. Regexes are fully matched: `shop\\..*` includes `shop.order
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from replicad.binlog.changes import RowChange
-from replicad.config import FiltersConfig, KafkaSinkConfig
+from replicad.config import ColumnFiltersConfig, FiltersConfig, KafkaSinkConfig
 from replicad.errors import ConfigError
+from replicad.sinks.envelope import dumps
 
 MASK = "***"
 
@@ -27,15 +32,22 @@ def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
 
 
 class ChangeFilter:
-    """Table include/exclude and column exclude/mask (the `filters` section)."""
+    """Table include/exclude, column exclude/mask/hash and key columns (the `filters`
+    section)."""
 
-    def __init__(self, config: FiltersConfig) -> None:
+    def __init__(self, config: FiltersConfig, environ: Mapping[str, str] | None = None) -> None:
         self._include = _compile(config.include)
         self._exclude = _compile(config.exclude)
         self._drop_columns = _compile(config.columns.exclude)
         self._mask_columns = _compile(config.columns.mask)
+        self._hash_columns = _compile(config.columns.hash)
+        self._hasher: Callable[[Any], str] | None = None
+        if self._hash_columns is not None:
+            self._hasher = _salted_hash(config.columns, os.environ if environ is None else environ)
+        self._key_columns = [(re.compile(p), tuple(c)) for p, c in config.key_columns.items()]
+        self._keys: dict[tuple[str, str], tuple[str, ...] | None] = {}
         self._tables: dict[tuple[str, str], bool] = {}
-        # (db, table, column names) -> (columns to drop, columns to mask), both maybe empty
+        # (db, table, column names) -> (columns to drop, to mask, to hash), each maybe empty
         self._columns: dict[tuple[str, str, tuple[str, ...]], tuple[frozenset[str], ...]] = {}
 
     def includes(self, db: str, table: str) -> bool:
@@ -52,25 +64,94 @@ class ChangeFilter:
 
     @property
     def touches_columns(self) -> bool:
-        return self._drop_columns is not None or self._mask_columns is not None
+        return (
+            self._drop_columns is not None
+            or self._mask_columns is not None
+            or self._hash_columns is not None
+        )
+
+    def prepared(self, change: RowChange) -> RowChange:
+        """The change as every sink should see it: `key_columns` as its key columns when a
+        pattern names its table (every output then splits a change of them into a delete
+        and a create), and without its statement text (`source.query`) when the table masks
+        or hashes a column: the statement would show the values in clear."""
+        if self._key_columns:
+            change = self._keyed(change)
+        if change.query is not None and self.touches_columns:
+            row = change.after if change.after is not None else change.before
+            if row is not None:
+                _, mask, hashed = self._policy_of(change, row)
+                if mask or hashed:
+                    change = dataclasses.replace(change, query=None)
+        return change
+
+    def _keyed(self, change: RowChange) -> RowChange:
+        table = (change.db, change.table)
+        if table not in self._keys:
+            name = f"{change.db}.{change.table}"
+            self._keys[table] = next(
+                (cols for pattern, cols in self._key_columns if pattern.fullmatch(name)), None
+            )
+        columns = self._keys[table]
+        if columns is None or columns == change.primary_key:
+            return change
+        row = change.after if change.after is not None else change.before
+        missing = [c for c in columns if row is not None and c not in row]
+        if missing:
+            raise ConfigError(
+                "filters.key_columns names columns the table does not have",
+                table=f"{change.db}.{change.table}",
+                columns=",".join(missing),
+                key="filters.key_columns",
+            )
+        return dataclasses.replace(change, primary_key=columns)
 
     def rows(self, change: RowChange) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The change's before and after images without excluded columns and with masked
-        ones replaced by "***". The change itself is left intact: sinks take the message key
-        from the real values first, so keys stay unique."""
+        """The change's before and after images without excluded columns, with masked ones
+        replaced by "***" and hashed ones by their salted hash. The change itself is left
+        intact: keys are taken from it through `key_row`."""
         before, after = change.before, change.after
         row = after if after is not None else before
         if row is None or not self.touches_columns:
             return before, after
+        drop, mask, hashed = self._policy_of(change, row)
+        if not (drop or mask or hashed):
+            return before, after
+        return self._filtered(before, drop, mask, hashed), self._filtered(after, drop, mask, hashed)
+
+    def key_row(self, change: RowChange, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The row a message key is taken from: hashed key columns hashed as in the images,
+        so a hashed key never appears in clear. A "***"-masked key column is refused: the key
+        would either show it or stop being unique. Without key columns (the row itself may be
+        the key) the row as the images show it."""
+        if row is None or not self.touches_columns:
+            return row
+        drop, mask, hashed = self._policy_of(change, row)
+        if not (drop or mask or hashed):
+            return row
+        if not change.primary_key:  # the whole row may be the key (key_without_pk: row)
+            return self._filtered(row, drop, mask, hashed)
+        masked_keys = mask.intersection(change.primary_key)
+        if masked_keys:
+            raise ConfigError(
+                "a key column is masked with '***'; hash it instead (filters.columns.hash)",
+                table=f"{change.db}.{change.table}",
+                columns=",".join(sorted(masked_keys)),
+                key="filters.columns.mask",
+            )
+        assert self._hasher is not None or not hashed
+        return {
+            n: self._hasher(v) if n in hashed and v is not None and self._hasher else v
+            for n, v in row.items()
+        }
+
+    def _policy_of(self, change: RowChange, row: dict[str, Any]) -> tuple[frozenset[str], ...]:
         names = tuple(row)
         cache_key = (change.db, change.table, names)
         policy = self._columns.get(cache_key)
         if policy is None:
             policy = self._columns[cache_key] = self._policy(change.db, change.table, names)
-        drop, mask = policy
-        if not (drop or mask):
-            return before, after
-        return _filtered(before, drop, mask), _filtered(after, drop, mask)
+        return policy
 
     def _policy(self, db: str, table: str, names: tuple[str, ...]) -> tuple[frozenset[str], ...]:
         def matching(pattern: re.Pattern[str] | None) -> frozenset[str]:
@@ -78,19 +159,49 @@ class ChangeFilter:
                 return frozenset()
             return frozenset(n for n in names if pattern.fullmatch(f"{db}.{table}.{n}"))
 
-        return matching(self._drop_columns), matching(self._mask_columns)
+        drop = matching(self._drop_columns)
+        hashed = matching(self._hash_columns) - drop
+        return drop, matching(self._mask_columns) - drop - hashed, hashed
+
+    def _filtered(
+        self,
+        row: dict[str, Any] | None,
+        drop: frozenset[str],
+        mask: frozenset[str],
+        hashed: frozenset[str],
+    ) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        hasher = self._hasher
+        out: dict[str, Any] = {}
+        for name, value in row.items():
+            if name in drop:
+                continue
+            if value is not None and name in hashed and hasher is not None:
+                value = hasher(value)
+            elif value is not None and name in mask:
+                value = MASK
+            out[name] = value
+        return out
 
 
-def _filtered(
-    row: dict[str, Any] | None, drop: frozenset[str], mask: frozenset[str]
-) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {
-        name: (MASK if name in mask and value is not None else value)
-        for name, value in row.items()
-        if name not in drop
-    }
+def _salted_hash(config: ColumnFiltersConfig, environ: Mapping[str, str]) -> Callable[[Any], str]:
+    """HMAC of a value's JSON text (the exact mapping, so equal values hash equal across
+    restarts and instances) under the salt in `salt_env`."""
+    salt = environ.get(config.salt_env, "")
+    if not salt:
+        raise ConfigError(
+            "filters.columns.hash needs a secret salt in an environment variable",
+            variable=config.salt_env,
+            key="filters.columns.salt_env",
+        )
+    key = salt.encode()
+    digest = getattr(hashlib, config.hash_algorithm)
+
+    def hashed(value: Any) -> str:
+        return hmac.new(key, dumps(value), digest).hexdigest()
+
+    return hashed
 
 
 class KafkaRouting:

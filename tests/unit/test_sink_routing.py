@@ -251,3 +251,53 @@ def test_at_least_once_messages_have_no_batch_header(monkeypatch) -> None:
         ["replicad.file", "replicad.pos", "replicad.row", "replicad.gtid"]
     ] * 2
     assert sink.producer.log == []  # no transactions
+
+
+def _hashing(**columns: Any) -> ChangeFilter:
+    config = FiltersConfig(columns={"hash": [r"shop\.users\.email"], **columns})
+    return ChangeFilter(config, environ={"REPLICAD_MASK_SALT": "pepper"})
+
+
+def test_hashed_columns_are_a_salted_hmac_in_images_and_keys() -> None:
+    import hashlib
+    import hmac
+
+    f = _hashing()
+    change = _change({"email": "a@x", "n": 1}, {"email": "b@x", "n": 2}, pk=("email",))
+    before, after = f.rows(change)
+    # HMAC-SHA256 of the value's JSON text ("a@x" with its quotes) under the salt
+    expected = hmac.new(b"pepper", b'"a@x"', hashlib.sha256).hexdigest()
+    assert before == {"email": expected, "n": 1}
+    assert after is not None and after["email"] != "b@x" and len(after["email"]) == 64
+    assert f.key_row(change, change.before) == {"email": expected, "n": 1}
+    # another salt, another hash: nothing is guessable without the secret
+    other = ChangeFilter(FiltersConfig(columns={"hash": [r"shop\.users\.email"]}),
+                         environ={"REPLICAD_MASK_SALT": "salt2"})  # fmt: skip
+    assert other.rows(change)[0] != before
+
+
+def test_hashing_needs_a_salt_and_a_masked_key_column_is_refused() -> None:
+    with pytest.raises(ConfigError) as missing:
+        ChangeFilter(FiltersConfig(columns={"hash": ["x"]}), environ={})
+    assert missing.value.context["variable"] == "REPLICAD_MASK_SALT"
+    f = ChangeFilter(FiltersConfig(columns={"mask": [r"shop\.users\.email"]}), environ={})
+    change = _change(None, {"email": "b@x", "n": 2}, pk=("email",))
+    with pytest.raises(ConfigError) as refused:
+        f.key_row(change, change.after)
+    assert refused.value.context["table"] == "shop.users"
+
+
+def test_key_columns_replace_the_key_and_the_statement_of_a_masked_table_is_dropped() -> None:
+    import dataclasses
+
+    f = ChangeFilter(
+        FiltersConfig(key_columns={r"shop\.users": ["n"]}, columns={"mask": [r"shop\.users\.e"]})
+    )
+    change = dataclasses.replace(_change(None, {"n": 5, "e": "x"}, pk=()), query="INSERT 'x'")
+    prepared = f.prepared(change)
+    assert prepared.primary_key == ("n",) and prepared.query is None
+    unrelated = dataclasses.replace(_change(None, {"id": 1}, table="other"), query="INSERT 1")
+    assert f.prepared(unrelated) is unrelated
+    wrong = ChangeFilter(FiltersConfig(key_columns={r"shop\.users": ["nope"]}))
+    with pytest.raises(ConfigError):
+        wrong.prepared(change)
