@@ -358,6 +358,16 @@ class EnvelopeConfig(_Strict):
         return self
 
 
+class SnapshotConfig(_Strict):
+    """The rows that exist before the stream starts (docs/snapshots.md). `initial`: on a first
+    start (no stored position) read the included tables in one consistent snapshot, then
+    stream from its binlog position; `when_needed`: also when the stored position's binlog
+    file is no longer on the primary; `never`: stream only."""
+
+    mode: Literal["never", "initial", "when_needed"] = "never"
+    chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per SELECT (memory holds one)
+
+
 class Config(_Strict):
     pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     source: SourceConfig = SourceConfig()
@@ -370,8 +380,18 @@ class Config(_Strict):
     schema_: SchemaConfig = Field(SchemaConfig(), alias="schema")
     log: LogConfig = LogConfig()
     relay: RelayConfig = RelayConfig()
+    snapshot: SnapshotConfig = SnapshotConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _snapshot_starts_the_stream(self) -> Config:
+        if self.snapshot.mode != "never" and self.source.start != "latest":
+            raise ValueError(
+                "snapshot.mode initial/when_needed streams from the snapshot's own position; "
+                "source.start must stay latest"
+            )
+        return self
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

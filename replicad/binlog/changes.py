@@ -26,7 +26,7 @@ from replicad.binlog.values import ColumnType
 
 @dataclass(slots=True)
 class RowChange:
-    op: str  # "c" | "u" | "d"
+    op: str  # "c" | "u" | "d" | "r" (a snapshot read)
     db: str
     table: str
     before: dict[str, Any] | None
@@ -42,6 +42,7 @@ class RowChange:
     schema: TableDescription | None = None  # the row image's columns and types
     thread: int | None = None  # the session that wrote it (MySQL's BEGIN carries it)
     query: str | None = None  # the statement, when the primary logs it with the rows
+    snapshot: str = "false"  # a snapshot read: "true", "last" on a table's last row
 
 
 @dataclass(slots=True)

@@ -165,6 +165,17 @@ class TableDescription:
         }
 
 
+def table_description(
+    db: str, table: str, columns: tuple[ColumnDescription, ...], primary_key: tuple[str, ...]
+) -> TableDescription:
+    """A description with its version: the digest of the columns and the key, so that the
+    same shape read from a TABLE_MAP or from information_schema (a snapshot) gets the same
+    version wherever the two agree."""
+    shape = {"columns": [c.to_json() for c in columns], "primary_key": list(primary_key)}
+    digest = hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return TableDescription(db, table, columns, primary_key, digest[:16])
+
+
 _DESCRIPTIONS: dict[tuple[Any, ...], TableDescription] = {}
 _DESCRIPTIONS_MAX = 4096
 
@@ -191,17 +202,8 @@ def describe(table_map: TableMapEvent) -> TableDescription:
         ColumnDescription(c.name, sql_type_of(c, mariadb=table_map.mariadb), c.nullable)
         for c in columns
     )
-    shape = {
-        "columns": [c.to_json() for c in described],
-        "primary_key": table_map.primary_key_names,
-    }
-    digest = hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    description = TableDescription(
-        table_map.schema,
-        table_map.table,
-        described,
-        tuple(table_map.primary_key_names),
-        digest[:16],
+    description = table_description(
+        table_map.schema, table_map.table, described, tuple(table_map.primary_key_names)
     )
     if len(_DESCRIPTIONS) >= _DESCRIPTIONS_MAX:
         del _DESCRIPTIONS[next(iter(_DESCRIPTIONS))]

@@ -16,7 +16,13 @@ from typing import Any
 
 import structlog
 
-from replicad.binlog.changes import RowNumbering, StatementContext, TableChange, changes_of
+from replicad.binlog.changes import (
+    RowChange,
+    RowNumbering,
+    StatementContext,
+    TableChange,
+    changes_of,
+)
 from replicad.binlog.events import HeartbeatEvent, QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent, TableMapEvent
@@ -28,6 +34,7 @@ from replicad.errors import (
     LeadershipLostError,
     ReplicadError,
 )
+from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.relay.stream import RelayedStream
 from replicad.service.checkpoint import Checkpointer
@@ -36,6 +43,8 @@ from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.sinks.value_modes import ValueMode
+from replicad.snapshot import reader as snapshot_reader
+from replicad.snapshot.reader import TablePlan, TableProgress
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,
@@ -44,7 +53,14 @@ from replicad.source.schema import (
     table_changes,
 )
 from replicad.source.start import initial_position
-from replicad.source.stream import Reconnected, ReplicaStream, server_info, with_primary
+from replicad.source.stream import (
+    Reconnected,
+    ReplicaStream,
+    ServerInfo,
+    connect_retrying,
+    server_info,
+    with_primary,
+)
 
 log = structlog.get_logger("replicad.daemon")
 
@@ -110,6 +126,10 @@ class Pipeline:
         self.lag_s = 0.0
         self.last_commit_read: float | None = None  # wall clock
         self._status_at = 0.0
+        # snapshot.mode: the open read view (connection, its position, server, tables) until
+        # the snapshot is published, and the progress `replicad status` shows.
+        self._snapshot: tuple[AsyncConnection, Position, ServerInfo, list[TablePlan]] | None = None
+        self.snapshot_progress: list[TableProgress] = []
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -130,6 +150,22 @@ class Pipeline:
                 if stored is not None and stored != in_kafka:
                     log.info("position_from_kafka", kafka=str(in_kafka), local=str(stored))
                 stored = in_kafka
+        if stored is not None and self.config.snapshot.mode == "when_needed":
+            held = stored
+            if await with_primary(
+                self.config.source,
+                self.password,
+                lambda conn: _purged(conn, held),
+                what="binary log list",
+            ):
+                log.warning(
+                    "position_purged",
+                    position=str(stored),
+                    note="snapshot.mode when_needed: a new snapshot replaces the stored position",
+                )
+                stored = None
+        if stored is None and self.config.snapshot.mode != "never":
+            return await self._open_snapshot()
         if stored is not None:
             log.info("position_loaded", position=str(stored))
             # The persisted history, trimmed to the stored position; never a new snapshot
@@ -172,6 +208,96 @@ class Pipeline:
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
         return position
 
+    async def _open_snapshot(self) -> Position:
+        """Open the consistent read view of the initial snapshot: its binlog position is where
+        the stream starts, and the schema history is taken there (snapshot/reader.py)."""
+        conn = await connect_retrying(self.config.source, self.password, what="snapshot")
+        try:
+            info = await server_info(conn)
+            position = await snapshot_reader.begin(conn, info)
+            self.history = await snapshot(conn, position)
+            plans = await snapshot_reader.plan_tables(conn, info, self.filter.includes)
+        except BaseException:
+            await conn.close()
+            raise
+        self._snapshot = (conn, position, info, plans)
+        self.snapshot_progress = [TableProgress(plan.name) for plan in plans]
+        log.info(
+            "snapshot_started",
+            position=str(position),
+            tables=[plan.name for plan in plans],
+            chunk_rows=self.config.snapshot.chunk_rows,
+        )
+        return position
+
+    async def _read_snapshot(self, checkpointer: Checkpointer) -> bool:
+        """Publish every row of the snapshot's tables as op "r", then mark its position, so
+        the position is stored once every read is acknowledged. False: stopped before the
+        end (nothing is stored; the next start takes a new snapshot)."""
+        assert self._snapshot is not None
+        conn, position, info, plans = self._snapshot
+        chunk_rows = self.config.snapshot.chunk_rows
+        ts_ms = int(time.time() * 1000)
+        started = time.monotonic()
+        try:
+            for plan, progress in zip(plans, self.snapshot_progress, strict=True):
+                progress.started = time.monotonic()
+                log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
+                held: RowChange | None = None  # the last row read: "last" if no more follow
+                async for rows in snapshot_reader.read_chunks(conn, plan, chunk_rows):
+                    changes = snapshot_reader.reads(
+                        plan, rows, position, info.server_id, ts_ms, progress.rows
+                    )
+                    progress.rows += len(rows)
+                    progress.chunks += 1
+                    async with self._gate:
+                        if held is not None:
+                            await self._publish_read(held)
+                        for change in changes[:-1]:
+                            await self._publish_read(change)
+                    held = changes[-1]
+                    if self._stop_requested:
+                        log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
+                        return False
+                if held is not None:
+                    held.snapshot = "last"
+                    async with self._gate:
+                        await self._publish_read(held)
+                progress.done = True
+                log.info(
+                    "snapshot_table_done",
+                    table=plan.name,
+                    rows=progress.rows,
+                    chunks=progress.chunks,
+                    seconds=round(time.monotonic() - progress.started, 3),
+                )
+        finally:
+            self._snapshot = None
+            await snapshot_reader.end(conn)
+            await conn.close()
+        async with self._gate:
+            checkpointer.mark(position, True)
+            await self._after_mark(checkpointer)
+        log.info(
+            "snapshot_done",
+            position=str(position),
+            rows=sum(p.rows for p in self.snapshot_progress),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return True
+
+    async def _publish_read(self, change: RowChange) -> None:
+        if self._tick_failure is not None:
+            raise self._tick_failure
+        if self.lease is not None and not self.lease.valid:
+            await self._wait_for_lease(self.lease)
+        change = self.filter.prepared(change)
+        for sink in self.sinks:
+            sink.publish(change)
+            if sink.backlogged:
+                await sink.wait_for_room()
+        self.rows += 1
+
     async def run(self) -> None:
         self.committed = await self.resolve_start()
         checkpointer = self.checkpointer = Checkpointer(
@@ -196,6 +322,8 @@ class Pipeline:
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
+        if self._snapshot is not None and not await self._read_snapshot(checkpointer):
+            return
         skip = self.committed.row  # rows of the next transaction already delivered
         numbering = RowNumbering()
         delivered = 0
@@ -354,6 +482,7 @@ class Pipeline:
             ),
             "transactions": self.transactions,
             "rows": self.rows,
+            "snapshot": [p.to_json() for p in self.snapshot_progress] or None,
             "updated_ms": int(time.time() * 1000),
         }
 
@@ -452,6 +581,15 @@ class Pipeline:
         finally:
             for sink in self.sinks:
                 sink.close()
+
+
+async def _purged(conn: AsyncConnection, position: Position) -> bool:
+    """The position's binlog file is no longer on the primary (a GTID-only position: unknown,
+    so not purged as far as this check goes)."""
+    if not position.file:
+        return False
+    logs = await conn.query("SHOW BINARY LOGS")
+    return all(cell_text(row[0]) != position.file for row in logs.rows)
 
 
 def stop_budget(timeout_s: float) -> tuple[float, float]:

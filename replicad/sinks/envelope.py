@@ -120,7 +120,7 @@ def _source(change: RowChange | TableChange, name: str, row: int) -> dict[str, A
         "connector": "replicad",
         "name": name,
         "ts_ms": change.ts_ms,
-        "snapshot": "false",
+        "snapshot": change.snapshot if isinstance(change, RowChange) else "false",
         "db": change.db,
         "table": change.table,
         "server_id": change.server_id,
@@ -226,7 +226,7 @@ class EnvelopeWriter:
         self.name = name
         self.connect = connect  # schemas_enable: {"schema", "payload"} around each value
         self._name = orjson.dumps(name)
-        self._tables: dict[tuple[str, str, int], tuple[bytes, bytes]] = {}
+        self._tables: dict[tuple[str, str, int, str], tuple[bytes, bytes]] = {}
         # The last file/GTID/statement/schema seen, by identity: rows of a transaction, or of
         # a table, share them.
         self._text: tuple[str | None, bytes] = (None, b"null")
@@ -243,7 +243,7 @@ class EnvelopeWriter:
         ts_ms: int,
         transaction: dict[str, Any] | None = None,
     ) -> bytes:
-        parts = self._tables.get((change.db, change.table, change.server_id))
+        parts = self._tables.get((change.db, change.table, change.server_id, change.snapshot))
         if parts is None:
             parts = self._table_parts(change)
         file = change.file
@@ -296,12 +296,14 @@ class EnvelopeWriter:
             orjson.dumps(__version__),
             self._name,
         )
-        middle = b',"snapshot":"false","db":%b,"table":%b,"server_id":%d,"gtid":' % (
+        middle = b',"snapshot":%b,"db":%b,"table":%b,"server_id":%d,"gtid":' % (
+            orjson.dumps(change.snapshot),
             orjson.dumps(change.db),
             orjson.dumps(change.table),
             change.server_id,
         )
-        parts = self._tables[(change.db, change.table, change.server_id)] = (head, middle)
+        key = (change.db, change.table, change.server_id, change.snapshot)
+        parts = self._tables[key] = (head, middle)
         return parts
 
 

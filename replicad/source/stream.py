@@ -172,6 +172,22 @@ async def with_primary(
             )
 
 
+async def connect_retrying(source: SourceConfig, password: str, *, what: str) -> AsyncConnection:
+    """A connection to the primary, retried with the reconnect policy while it is down (wrong
+    credentials, TLS refusals and bad configuration raise at once). For work that must not be
+    repeated silently once started (a snapshot): the caller owns the connection."""
+    backoff = Backoff(source.reconnect)
+    while True:
+        try:
+            return await open_connection(source, password)
+        except FATAL_SOURCE_ERRORS:
+            raise
+        except (ReplicadError, OSError, TimeoutError) as exc:
+            await backoff.wait(
+                "source_unavailable", exc, host=source.host, port=source.port, doing=what
+            )
+
+
 async def open_connection(source: SourceConfig, password: str) -> AsyncConnection:
     return await connect(
         source.host,

@@ -48,6 +48,7 @@ class KafkaReplicad(DaemonProcess):
         extra_yaml: str = "",
         log_level: str = "info",
         pipeline: str = "kt",
+        start: str = "latest",
     ) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         super().__init__(
@@ -55,7 +56,7 @@ class KafkaReplicad(DaemonProcess):
             pipeline=pipeline,
             source_yaml=(
                 f"  host: 127.0.0.1\n  port: {MARIADB_PORT}\n  user: repl\n"
-                f"  server_id: {server_id}\n  start: latest\n  heartbeat_s: 1\n"
+                f"  server_id: {server_id}\n  start: {start}\n  heartbeat_s: 1\n"
                 "  reconnect: {initial_s: 0.05, max_s: 0.5}\n"
             ),
             password="repl",

@@ -19,98 +19,12 @@ import pymysql
 import pytest
 
 from replicad.consumers.typed import SchemaCatalog
+from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.kafka_helpers import Record, consume_all
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 
 pytestmark = pytest.mark.integration
-
-ALL_TYPES = """CREATE TABLE t (
-    id INT NOT NULL PRIMARY KEY,
-    ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mi MEDIUMINT UNSIGNED, bi BIGINT,
-    bu BIGINT UNSIGNED, de DECIMAL(20,6), dz DECIMAL(5,0), fl FLOAT, dbl DOUBLE, bt BIT(12),
-    d DATE, dt0 DATETIME, dt6 DATETIME(6), ts3 TIMESTAMP(3) NULL, tm TIME(6), y YEAR,
-    c CHAR(5), vc VARCHAR(40), bn BINARY(4), vb VARBINARY(16), tx TEXT, bl BLOB,
-    e ENUM('x','y','z'), st SET('a','b','c'), j JSON, g GEOMETRY
-)"""
-
-COLUMNS = [
-    "ti", "tu", "si", "mi", "bi", "bu", "de", "dz", "fl", "dbl", "bt", "d", "dt0", "dt6", "ts3",
-    "tm", "y", "c", "vc", "bn", "vb", "tx", "bl", "e", "st", "j", "g",
-]  # fmt: skip
-
-
-def _value(column: str, rng: random.Random) -> Any:
-    """A random SQL literal (text) for one column, edge values included."""
-    pick = rng.random()
-    if pick < 0.08:
-        return "NULL"
-    if column in ("ti",):
-        return str(rng.choice([-128, 127, 0, rng.randint(-128, 127)]))
-    if column == "tu":
-        return str(rng.choice([0, 255, rng.randint(0, 255)]))
-    if column == "si":
-        return str(rng.choice([-32768, 32767, rng.randint(-32768, 32767)]))
-    if column == "mi":
-        return str(rng.choice([0, 16777215, rng.randint(0, 16777215)]))
-    if column == "bi":
-        return str(rng.choice([-(2**63), 2**63 - 1, rng.randint(-(2**63), 2**63 - 1)]))
-    if column == "bu":
-        return str(rng.choice([0, 2**64 - 1, rng.randint(0, 2**64 - 1)]))
-    if column == "de":
-        return f"{rng.choice(['-', ''])}{rng.randint(0, 10**14 - 1)}.{rng.randint(0, 999999):06d}"
-    if column == "dz":
-        return str(rng.randint(-99999, 99999))
-    if column == "fl":
-        return rng.choice(["1.1", "-3.25", "0", "3.4e38", "1e-30"])
-    if column == "dbl":
-        return repr(rng.choice([0.1, -1e300, 2.5e-300, rng.uniform(-1e6, 1e6)]))
-    if column == "bt":
-        return f"b'{rng.randint(0, 4095):b}'"
-    if column == "d":
-        return rng.choice(["'1000-01-01'", "'9999-12-31'", "'1969-12-31'", "'2024-02-29'"])
-    if column == "dt0":
-        return rng.choice(
-            ["'1000-01-01 00:00:00'", "'9999-12-31 23:59:59'", "'1960-05-06 07:08:09'"]
-        )
-    if column == "dt6":
-        return f"'2021-03-04 05:06:07.{rng.randint(0, 999999):06d}'"
-    if column == "ts3":
-        return (
-            f"'2038-01-19 03:14:07.{rng.randint(0, 999):03d}'"
-            if pick < 0.5
-            else "'1970-01-01 00:00:01.000'"
-        )
-    if column == "tm":
-        some = f"'{rng.randint(0, 99)}:{rng.randint(0, 59)}:01.{rng.randint(0, 999999):06d}'"
-        return rng.choice(["'-838:59:59.000000'", "'838:59:59.000000'", "'-00:00:00.5'", some])
-    if column == "y":
-        return rng.choice(["1901", "2155", "0", "2024"])
-    if column == "c":
-        return rng.choice(["'ab'", "''", "'ñü€x'"])
-    if column == "vc":
-        return rng.choice(["'plain'", "'quote '' and \\\\ backslash'", "'日本語テキスト'", "''"])
-    if column == "bn":
-        return rng.choice(["x'00'", "x'ffffffff'", "x'0102'"])
-    if column == "vb":
-        return rng.choice(["x''", "x'00ff00'", f"x'{rng.randbytes(16).hex()}'"])
-    if column == "tx":
-        return rng.choice(["'text'", "REPEAT('long ', 2000)"])
-    if column == "bl":
-        return f"x'{rng.randbytes(rng.randint(0, 300)).hex()}'"
-    if column == "e":
-        return rng.choice(["'x'", "'z'"])
-    if column == "st":
-        return rng.choice(["''", "'a,c'", "'a,b,c'"])
-    if column == "j":
-        return rng.choice(['\'{"a": [1, 2.5, null], "b": "x"}\'', "'[]'", "'\"s\"'"])
-    if column == "added":
-        return f"'n{rng.randint(0, 99)}'"
-    if column == "g":
-        return rng.choice(
-            ["ST_GeomFromText('POINT(1 2)')", "ST_GeomFromText('LINESTRING(0 0,1 1)', 4326)"]
-        )
-    raise AssertionError(column)
 
 
 def _selected(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[str, Any]]:
@@ -155,12 +69,6 @@ def _coordinates(message: dict[str, Any]) -> tuple[str, int]:
     return message["source"]["file"], message["source"]["pos"]
 
 
-def _insert(cur: Any, rng: random.Random, ids: range, columns: list[str]) -> None:
-    for i in ids:
-        values = ", ".join(_value(c, rng) for c in columns)
-        cur.execute(f"INSERT INTO t (id, {', '.join(columns)}) VALUES ({i}, {values})")
-
-
 def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_alter(
     db, kafka, tmp_path
 ) -> None:
@@ -173,7 +81,7 @@ def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_
     replicad = KafkaReplicad(tmp_path, server_id=7151, prefix=prefix, kafka=kafka)
     replicad.start()
     with conn.cursor() as cur:
-        _insert(cur, rng, range(1, 41), COLUMNS)
+        insert_random(cur, rng, range(1, 41), COLUMNS)
         for i in rng.sample(range(1, 41), 10):
             cur.execute(f"UPDATE t SET vc = 'upd', de = -de, tm = '01:02:03.4' WHERE id = {i}")
         cur.execute("DELETE FROM t WHERE id IN (3, 4)")
@@ -186,7 +94,7 @@ def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_
         )
         cur.execute("UPDATE t SET added = CONCAT('a', id), si = si * 1000000")
         new_columns = ["added", *[c for c in COLUMNS if c != "tx"]]
-        _insert(cur, rng, range(41, 61), new_columns)
+        insert_random(cur, rng, range(41, 61), new_columns)
         cur.execute("UPDATE t SET id = id + 1000 WHERE id = 5")  # a primary-key change
     after_alter = _selected(conn, name)
     wait_caught_up(replicad)

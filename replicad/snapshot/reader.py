@@ -1,0 +1,259 @@
+"""The initial snapshot: every included table read inside one consistent-snapshot transaction
+whose binlog position is known without a lock (docs/snapshots.md).
+
+MariaDB: `START TRANSACTION WITH CONSISTENT SNAPSHOT` and, in the same session, the status
+variables `binlog_snapshot_file` / `binlog_snapshot_position` name the binlog position of
+exactly that read view (and `BINLOG_GTID_POS` the GTID state there). The stream then starts at
+that position: every change committed after the read view is in the binlog after it, every
+change before it is in the rows read. No FLUSH TABLES WITH READ LOCK, no global lock.
+
+A table is read in chunks of `chunk_rows` rows in the order of its primary key (or of a unique
+key over NOT NULL columns), each chunk starting after the last key of the previous one, so
+memory holds one chunk and a large table is never one huge result. A table with neither is read
+in chunks by LIMIT/OFFSET inside the same read view (the same rows in the same order, each
+chunk costs a scan up to its offset: said in the log).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from replicad.binlog.changes import RowChange
+from replicad.binlog.column_types import TableDescription
+from replicad.binlog.gtid import MariaGtidPosition
+from replicad.binlog.position import Position
+from replicad.errors import ServerError
+from replicad.protocol.commands import cell_text
+from replicad.protocol.transport import AsyncConnection
+from replicad.snapshot.columns import (
+    SnapshotColumn,
+    SnapshotError,
+    column_of,
+    description_of,
+    quote_name,
+)
+from replicad.source.schema_model import SYSTEM_SCHEMAS
+from replicad.source.stream import ServerInfo
+
+log = structlog.get_logger("replicad.snapshot")
+
+_EXCLUDED = ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS)
+_COLUMNS_SQL = (
+    "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, "
+    "c.IS_NULLABLE, c.NUMERIC_PRECISION, c.NUMERIC_SCALE, c.DATETIME_PRECISION, "
+    "c.CHARACTER_OCTET_LENGTH, c.CHARACTER_SET_NAME, c.COLLATION_NAME "
+    "FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
+    "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
+    f"WHERE t.TABLE_TYPE = 'BASE TABLE' AND c.TABLE_SCHEMA NOT IN ({_EXCLUDED}) "
+    "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION"
+)
+_UNIQUE_KEYS_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, COLUMN_NAME, NULLABLE "
+    "FROM information_schema.STATISTICS "
+    f"WHERE NON_UNIQUE = 0 AND TABLE_SCHEMA NOT IN ({_EXCLUDED}) "
+    "ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    db: str
+    table: str
+    columns: tuple[SnapshotColumn, ...]
+    primary_key: tuple[str, ...]
+    chunk_key: tuple[str, ...]  # the primary key, else a unique NOT NULL key, else ()
+    description: TableDescription
+
+    @property
+    def name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+
+@dataclass(slots=True)
+class TableProgress:
+    table: str
+    rows: int = 0
+    chunks: int = 0
+    done: bool = False
+    started: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        elapsed = max(time.monotonic() - self.started, 1e-9) if self.started else 0.0
+        return {
+            "table": self.table,
+            "rows": self.rows,
+            "chunks": self.chunks,
+            "done": self.done,
+            "rows_per_s": round(self.rows / elapsed) if elapsed else 0,
+        }
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else cell_text(value)  # type: ignore[arg-type]
+
+
+def _named(result: Any) -> list[dict[str, str | None]]:
+    names = result.column_names
+    return [{n: _text(v) for n, v in zip(names, row, strict=True)} for row in result.rows]
+
+
+async def plan_tables(
+    conn: AsyncConnection, info: ServerInfo, includes: Callable[[str, str], bool]
+) -> list[TablePlan]:
+    """The included base tables with their columns and chunk keys, from information_schema."""
+    columns: dict[tuple[str, str], list[SnapshotColumn]] = {}
+    for row in _named(await conn.query(_COLUMNS_SQL)):
+        key = (str(row["TABLE_SCHEMA"]), str(row["TABLE_NAME"]))
+        if includes(*key):
+            columns.setdefault(key, []).append(column_of(row, info.mariadb))
+    unique: dict[tuple[str, str], dict[str, list[tuple[str, bool]]]] = {}
+    for row in _named(await conn.query(_UNIQUE_KEYS_SQL)):
+        key = (str(row["TABLE_SCHEMA"]), str(row["TABLE_NAME"]))
+        if key in columns:
+            index = unique.setdefault(key, {}).setdefault(str(row["INDEX_NAME"]), [])
+            index.append((str(row["COLUMN_NAME"]), row["NULLABLE"] == "YES"))
+    plans = []
+    for (db, table), cols in sorted(columns.items()):
+        indexes = unique.get((db, table), {})
+        primary = tuple(name for name, _ in indexes.get("PRIMARY", []))
+        chunk_key = primary
+        if not chunk_key:  # a unique key over NOT NULL columns orders the rows as well
+            for _, parts in sorted(indexes.items()):
+                if not any(nullable for _, nullable in parts):
+                    chunk_key = tuple(name for name, _ in parts)
+                    break
+        for column in cols:
+            column.parser()  # a column no snapshot can read exactly fails now, not mid-table
+        plans.append(
+            TablePlan(
+                db, table, tuple(cols), primary, chunk_key, description_of(db, table, cols, primary)
+            )
+        )
+    return plans
+
+
+async def begin(conn: AsyncConnection, info: ServerInfo) -> Position:
+    """Open the consistent read view and return the binlog position it corresponds to."""
+    if not info.mariadb:
+        raise SnapshotError(
+            "snapshot.mode initial needs MariaDB here: a MySQL primary has no lock-free "
+            "binlog position for a consistent snapshot that replicad can use yet "
+            "(docs/snapshots.md)"
+        )
+    await conn.execute("SET SESSION time_zone = '+00:00'")
+    await conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    await conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    status = {
+        cell_text(row[0]).lower(): cell_text(row[1])
+        for row in (await conn.query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")).rows
+    }
+    file, pos = status.get("binlog_snapshot_file", ""), status.get("binlog_snapshot_position")
+    if not file or pos is None:
+        raise SnapshotError(
+            "the primary did not report the binlog position of the consistent snapshot "
+            "(binlog_snapshot_file/position); is binary logging on?"
+        )
+    quoted = file.replace("\\", "\\\\").replace("'", "\\'")
+    result = await conn.query(f"SELECT BINLOG_GTID_POS('{quoted}', {int(pos)})")
+    gtids = result.rows[0][0] if result.rows else None
+    # Values of text columns in their own character set, undecoded (snapshot/columns.py).
+    await conn.execute("SET SESSION character_set_results = binary")
+    mariadb_gtids = None if gtids is None else MariaGtidPosition.parse(cell_text(gtids))
+    return Position(file, int(pos), None, mariadb_gtids)
+
+
+async def end(conn: AsyncConnection) -> None:
+    try:
+        await conn.execute("ROLLBACK")
+    except ServerError:
+        pass
+
+
+async def read_chunks(
+    conn: AsyncConnection, plan: TablePlan, chunk_rows: int
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """The table's rows in chunks (dicts of column -> value as the binlog decoders give it)."""
+    names = [c.name for c in plan.columns]
+    parsers = [c.parser() for c in plan.columns]
+    by_name = {c.name: c for c in plan.columns}
+    select = ", ".join(c.select for c in plan.columns)
+    source = f"{quote_name(plan.db)}.{quote_name(plan.table)}"
+    key = plan.chunk_key
+    order = ", ".join(quote_name(k) for k in key)
+    after: dict[str, Any] | None = None
+    offset = 0
+    if not key:
+        log.warning(
+            "snapshot_table_without_key",
+            table=plan.name,
+            note="read by LIMIT/OFFSET inside the read view: each chunk scans up to its offset",
+        )
+    while True:
+        if key:
+            where = "" if after is None else " WHERE " + _after_key(key, by_name, after)
+            sql = f"SELECT {select} FROM {source}{where} ORDER BY {order} LIMIT {chunk_rows}"
+        else:
+            sql = f"SELECT {select} FROM {source} LIMIT {chunk_rows} OFFSET {offset}"
+        try:
+            result = await conn.query(sql)
+        except ServerError as exc:
+            raise SnapshotError(f"reading the table failed: {exc}", table=plan.name) from None
+        rows = [
+            {
+                name: None
+                if raw is None
+                else parse(raw if isinstance(raw, bytes) else raw.encode())
+                for name, parse, raw in zip(names, parsers, values, strict=True)
+            }
+            for values in result.rows
+        ]
+        if rows:
+            yield rows
+        if len(rows) < chunk_rows:
+            return
+        after = rows[-1]
+        offset += len(rows)
+
+
+def _after_key(key: Sequence[str], columns: dict[str, SnapshotColumn], row: dict[str, Any]) -> str:
+    """Rows after `row` in key order: (k1 > v1) OR (k1 = v1 AND k2 > v2) OR ... (this form,
+    unlike a row comparison, is a range scan on MariaDB)."""
+    literals = [(quote_name(k), columns[k].literal(row[k])) for k in key]
+    terms = []
+    for i in range(len(literals)):
+        equal = [f"{name} = {value}" for name, value in literals[:i]]
+        name, value = literals[i]
+        terms.append("(" + " AND ".join([*equal, f"{name} > {value}"]) + ")")
+    return "(" + " OR ".join(terms) + ")"
+
+
+def reads(
+    plan: TablePlan, rows: list[dict[str, Any]], position: Position, server_id: int,
+    ts_ms: int, first_row: int,
+) -> list[RowChange]:  # fmt: skip
+    """Snapshot rows as op "r" changes at the snapshot's position (`row` counts the table's
+    rows, so `(file, pos, row, op)` stays unique per table)."""
+    return [
+        RowChange(
+            "r",
+            plan.db,
+            plan.table,
+            None,
+            row,
+            position.file,
+            position.pos,
+            first_row + i,
+            None,
+            server_id,
+            ts_ms,
+            plan.primary_key,
+            schema=plan.description,
+            snapshot="true",
+        )
+        for i, row in enumerate(rows)
+    ]
