@@ -32,6 +32,7 @@ def local_pipeline_status(config: Config) -> dict[str, Any]:
         # The status file outlives its daemon: what it read and its lag mean nothing after.
         "read_position": status.get("read_position") if pid is not None else None,
         "lag_s": status.get("lag_s") if pid is not None else None,
+        "snapshot": status.get("snapshot") if pid is not None else None,
         "updated_ms": status.get("updated_ms"),
         "last_error": status.get("last_error"),
     }
@@ -55,6 +56,7 @@ def zk_pipeline_status(state: dict[str, Any]) -> dict[str, Any]:
         "position_age_s": state.get("position_age_s"),
         "read_position": status.get("read_position"),
         "lag_s": state.get("lag_s"),
+        "snapshot": status.get("snapshot"),
         "last_error": state.get("last_error"),
         "pending_commands": state.get("pending_commands") or [],
     }
@@ -80,6 +82,14 @@ def render_status(p: dict[str, Any]) -> str:
         lines.append(f"  read      {describe_position(p['read_position'])}")
     if p.get("lag_s") is not None:
         lines.append(f"  lag       {p['lag_s']} s")
+    tables = p.get("snapshot") or []
+    if tables:
+        done = sum(1 for t in tables if t.get("done"))
+        lines.append(f"  snapshot  {done}/{len(tables)} tables done")
+        for t in tables:
+            if t.get("rows") or t.get("done"):
+                state = "done" if t.get("done") else f"{t.get('rows_per_s', 0)} rows/s"
+                lines.append(f"    {t['table']}  {t['rows']} rows, {t['chunks']} chunks, {state}")
     if p.get("pending_commands"):
         lines.append(f"  queued    {len(p['pending_commands'])} command(s)")
     error = p.get("last_error")

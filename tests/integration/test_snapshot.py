@@ -167,3 +167,46 @@ def test_a_table_a_snapshot_cannot_read_stops_before_anything_is_emitted(
     assert b"column" in result.stderr and b"uuid" in result.stderr.lower()
     assert replicad.position() is None
     assert consume_all(kafka, rf"{prefix}\..*", idle_s=2.0) == []
+
+
+def test_when_needed_takes_a_new_snapshot_once_the_stored_file_is_gone(db, kafka, tmp_path) -> None:
+    """snapshot.mode when_needed: a stored position whose binlog file the primary no longer has
+    (as after PURGE BINARY LOGS; a file name that never existed stands for it here, so that the
+    shared test server keeps its logs) is replaced by a new snapshot; with `initial` the same
+    start fails instead of silently skipping rows."""
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE k (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute("INSERT INTO k VALUES (1, 'a'), (2, 'b')")
+    gone = {"version": 1, "pipeline": "kt",
+            "position": {"file": "mariadb-bin.999990", "pos": 4}}  # fmt: skip
+    runs = {}
+    for mode in ("initial", "when_needed"):
+        replicad = KafkaReplicad(
+            tmp_path / mode,
+            server_id=7165,
+            prefix=(prefix := f"w{uuid.uuid4().hex[:8]}"),
+            kafka=kafka,
+            extra_yaml=f"snapshot: {{mode: {mode}}}\nfilters: {{include: ['{name}\\..*']}}\n",
+        )
+        replicad.position_file.write_text(orjson.dumps(gone).decode())
+        runs[mode] = (replicad, prefix)
+    failing, failing_prefix = runs["initial"]
+    result = failing.run_to_exit(timeout=60)
+    assert result.returncode != 0 and b"999990" in result.stderr
+    assert consume_all(kafka, rf"{failing_prefix}\..*", idle_s=2.0) == []
+    replicad, prefix = runs["when_needed"]
+    replicad.start()
+    wait_caught_up(replicad)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE k SET v = 'c' WHERE id = 2")
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+    assert replicad.count("position_purged") == 1
+    messages = [r.json() for r in consume_all(kafka, [f"{prefix}.{name}.k"])]
+    assert [(m["op"], m["after"]) for m in messages] == [
+        ("r", {"id": 1, "v": "a"}),
+        ("r", {"id": 2, "v": "b"}),
+        ("u", {"id": 2, "v": "c"}),
+    ]
+    assert replicad.position()["file"] != "mariadb-bin.999990"
