@@ -35,7 +35,7 @@ from replicad.relay.decode import input_kind
 from replicad.relay.inspect import inspect_relay, render_report
 from replicad.service.check import run_check
 from replicad.service.daemon import run_until_stopped
-from replicad.service.dump_view import dump_input
+from replicad.service.dump_view import DumpHistory, dump_input
 from replicad.service.exits import exit_code
 from replicad.service.logging import configure_logging
 from replicad.service.operator import PositionValueError, describe_position, resolve_position
@@ -167,6 +167,34 @@ def build_parser() -> argparse.ArgumentParser:
         )
     position.set_defaults(func=cmd_position)
 
+    snapshot = commands.add_parser(
+        "snapshot",
+        help="request, follow or cancel incremental snapshots of tables",
+        description=(
+            "Queue an incremental snapshot of a table for the pipeline's leader: it reads the "
+            "table in key-ordered chunks between watermarks while it streams, as op r "
+            "messages (docs/snapshots.md). The request is checked against the primary first "
+            "(table, --where, signal table and grant); nothing is queued when it fails."
+        ),
+    )
+    snapshot_actions = snapshot.add_subparsers(dest="action", required=True)
+    request = snapshot_actions.add_parser(
+        "request", help="queue a snapshot of DB.TABLE", parents=[common]
+    )
+    request.add_argument("table", metavar="DB.TABLE")
+    request.add_argument("--where", help="an SQL condition: only the rows it selects")
+    request.add_argument(
+        "--chunk-rows", type=int, help="rows per chunk (default: snapshot.chunk_rows)"
+    )
+    snapshot_actions.add_parser(
+        "status", help="the active, queued and finished snapshots", parents=[common]
+    )
+    cancel = snapshot_actions.add_parser(
+        "cancel", help="cancel a snapshot (default: all of them)", parents=[common]
+    )
+    cancel.add_argument("id", nargs="?", metavar="ID", help="the request id (snap-...)")
+    snapshot.set_defaults(func=cmd_snapshot)
+
     relay = commands.add_parser(
         "relay",
         help="look at the local relay log",
@@ -271,7 +299,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    # Standard output carries the changes only: warnings (a torn tail, a DDL the schema
+    # history could not follow) go to standard error, progress is not logged.
+    configure_logging("console", "warning")
     out: BinaryIO = sys.stdout.buffer
+    history = DumpHistory()  # one schema history across the inputs, in order
     last = len(args.files) - 1
     for index, path in enumerate(args.files):
         start = args.start_position if index == 0 else None
@@ -297,6 +329,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 stop=stop,
                 events=args.events,
                 verify_checksum=args.verify_checksum,
+                history=history,
             )
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
@@ -340,6 +373,35 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"replicad status: {exc}", file=sys.stderr)
         return exit_code(exc)
     _emit(args, {"pipelines": pipelines}, "\n\n".join(render_status(p) for p in pipelines))
+    return EXIT_OK
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from replicad.service import snapshot_requests as snapshots
+
+    try:
+        config = load_config(args.config)
+        configure_logging(config.log.format, "warning")
+        if args.action == "request":
+            result = snapshots.request_snapshot(
+                config, config.source.resolve_password(), args.table, args.where,
+                args.chunk_rows,
+            )  # fmt: skip
+            request = result["request"]
+            text = (
+                f"{request['id']}: {request['table']} queued ({result['queued_as']}), chunks "
+                f"of {request['chunk_rows']} rows by {', '.join(result['key']) or 'no key'}"
+            )
+        elif args.action == "cancel":
+            result = snapshots.cancel_snapshot(config, args.id)
+            text = f"cancel of {args.id or 'every snapshot'} queued ({result['queued_as']})"
+        else:
+            result = snapshots.snapshot_status(config)
+            text = snapshots.render_snapshot_status(result)
+    except ReplicadError as exc:
+        print(f"replicad snapshot {args.action}: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    _emit(args, result, text)
     return EXIT_OK
 
 

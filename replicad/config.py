@@ -358,6 +358,13 @@ class EnvelopeConfig(_Strict):
         return self
 
 
+class SnapshotSignalConfig(_Strict):
+    """The table incremental snapshots write their watermarks to (docs/snapshots.md)."""
+
+    database: str = Field("replicad", min_length=1, max_length=64)
+    table: str = Field("replicad_signal", min_length=1, max_length=64)
+
+
 class SnapshotConfig(_Strict):
     """The rows that exist before the stream starts (docs/snapshots.md). `initial`: on a first
     start (no stored position) read the included tables in one consistent snapshot, then
@@ -366,6 +373,7 @@ class SnapshotConfig(_Strict):
 
     mode: Literal["never", "initial", "when_needed"] = "never"
     chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per SELECT (memory holds one)
+    signal: SnapshotSignalConfig = SnapshotSignalConfig()
 
 
 class Config(_Strict):

@@ -11,6 +11,7 @@ from typing import Any
 import zstandard
 
 from replicad.binlog.position import Position
+from replicad.coordination.requests import SNAPSHOT_OPS, OperatorRequest
 from replicad.coordination.zk_leadership import Leadership
 from replicad.coordination.zk_ops import Command
 from replicad.source.schema import SchemaHistory
@@ -76,7 +77,24 @@ class ZkCommandInbox:
         for command in self.leadership.pending_commands():
             if command.op == SET_POSITION:
                 return command
+            if command.op in SNAPSHOT_OPS:
+                continue  # the pipeline takes these itself (pending/complete)
             self.leadership.complete_command(
                 command.id, "rejected", {"error": f"unknown command {command.op!r}"}
             )
         return None
+
+    def pending(self) -> list[OperatorRequest]:
+        """Snapshot requests and cancellations (coordination/requests.py)."""
+        if not self.leadership.valid:
+            return []
+        return [
+            OperatorRequest(c.id, c.op, c.args)
+            for c in self.leadership.pending_commands()
+            if c.op in SNAPSHOT_OPS
+        ]
+
+    def complete(self, request_id: str, state: str, result: dict[str, Any]) -> None:
+        self.leadership.complete_command(
+            request_id, "applied" if state == "applied" else "rejected", result
+        )

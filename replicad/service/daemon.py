@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -28,6 +29,7 @@ from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent, TableMapEvent
 from replicad.config import Config
 from replicad.coordination.local import LocalPipelineStore
+from replicad.coordination.requests import LocalRequests, RequestInbox
 from replicad.coordination.store import CommandInbox, Lease, PipelineStore
 from replicad.errors import (
     CoordinationUnavailableError,
@@ -44,7 +46,13 @@ from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.sinks.value_modes import ValueMode
 from replicad.snapshot import reader as snapshot_reader
+from replicad.snapshot.incremental import (
+    IncrementalSnapshots,
+    SnapshotRequest,
+    SnapshotRequestError,
+)
 from replicad.snapshot.reader import TablePlan, TableProgress
+from replicad.snapshot.watermarks import ChunkReader
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,
@@ -77,6 +85,7 @@ class Pipeline:
         store: PipelineStore | None = None,
         lease: Lease | None = None,
         inbox: CommandInbox | None = None,
+        requests: RequestInbox | None = None,
     ) -> None:
         self.config = config
         self.password = password
@@ -130,6 +139,20 @@ class Pipeline:
         # the snapshot is published, and the progress `replicad status` shows.
         self._snapshot: tuple[AsyncConnection, Position, ServerInfo, list[TablePlan]] | None = None
         self.snapshot_progress: list[TableProgress] = []
+        # Incremental snapshots (snapshot/incremental.py): their state, its JSON as the marks
+        # carry it (None: nothing requested), the operator requests they come from.
+        self.snapshots = IncrementalSnapshots()
+        self._progress: str | None = None
+        if requests is None and config.coordination.zookeeper is None:
+            requests = LocalRequests(config.coordination.local.path)
+        self.requests = requests
+        self._taken: dict[str, str] = {}  # operator request id -> snapshot request id
+        self._requests_at = 0.0
+        signal = config.snapshot.signal
+        self._signal = (signal.database, signal.table)
+        self._chunk_reader: ChunkReader | None = None
+        self._chunk_task: asyncio.Task[None] | None = None
+        self._plans: dict[str, TablePlan] = {}
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -168,6 +191,9 @@ class Pipeline:
             return await self._open_snapshot()
         if stored is not None:
             log.info("position_loaded", position=str(stored))
+            if stored.snapshot is not None:  # incremental snapshots in progress
+                self.snapshots = IncrementalSnapshots(stored.snapshot)
+                self._progress = stored.snapshot
             # The persisted history, trimmed to the stored position; never a new snapshot
             # (that would be today's schema, not the one at the position) unless there is none.
             try:
@@ -246,7 +272,12 @@ class Pipeline:
                 held: RowChange | None = None  # the last row read: "last" if no more follow
                 async for rows in snapshot_reader.read_chunks(conn, plan, chunk_rows):
                     changes = snapshot_reader.reads(
-                        plan, rows, position, info.server_id, ts_ms, progress.rows
+                        plan,
+                        rows,
+                        (position.file, position.pos),
+                        info.server_id,
+                        ts_ms,
+                        progress.rows,
                     )
                     progress.rows += len(rows)
                     progress.chunks += 1
@@ -335,7 +366,8 @@ class Pipeline:
         includes = self.filter.includes
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease
-        async for unit in self.stream.units(self.committed):
+        signal = self._signal
+        async for unit in self.stream.units(self.committed.with_snapshot(None)):
             if isinstance(unit, HeartbeatEvent):
                 # While the primary is quiet its heartbeats are the boundaries at which a
                 # due command (or a stop) ends the pipeline: no transaction is in flight.
@@ -385,9 +417,10 @@ class Pipeline:
                         continue
                     table = tables.get(event.table_id) or event.table_map
                     wanted = table is None or includes(table.schema, table.table)
+                    window = self.snapshots.window
                     # Rows of excluded tables are counted too, so that the row index of a
                     # restart does not depend on the filters.
-                    changes = changes_of(
+                    changes: Iterable[RowChange] = changes_of(
                         event,
                         unit.file,
                         gtid_text,
@@ -396,6 +429,19 @@ class Pipeline:
                         statement.thread,
                         statement.query,
                     )
+                    if table is not None and (
+                        (table.schema, table.table) == signal
+                        or (window is not None and table.table == window.table)
+                    ):
+                        # Watermarks are never published; inside a snapshot window, the
+                        # snapshotted table's changes take their keys out of the chunk.
+                        changes = list(changes)
+                        if (table.schema, table.table) == signal:
+                            wanted = False
+                            await self._watermarks(changes)
+                        else:
+                            for change in changes:
+                                self.snapshots.touches(change)
                     for change in changes:
                         if delivered < skip:
                             delivered += 1
@@ -421,8 +467,11 @@ class Pipeline:
                 self.lag_s = max(0.0, now - unit.commit_ts)
                 self.last_commit_read = now
                 self.history.commit(unit.end)
-                checkpointer.mark(unit.end, True)
-                self.committed = unit.end
+                # Snapshot progress rides with the position: durable exactly when the reads
+                # before it are acknowledged.
+                end = unit.end if self._progress is None else unit.end.with_snapshot(self._progress)
+                checkpointer.mark(end, True)
+                self.committed = end
                 self._in_transaction = False
                 self.transactions += 1
                 skip = delivered = 0
@@ -431,6 +480,146 @@ class Pipeline:
                     return
             finally:
                 self._gate.release()
+
+    async def _watermarks(self, changes: list[RowChange]) -> None:
+        """Watermark rows of the signal table: at the high watermark of the open window, the
+        chunk's untouched rows go out as reads, here, in stream order."""
+        for change in changes:
+            after = change.after or {}
+            plan = None if self.snapshots.active is None else self._plans.get(
+                self.snapshots.active.request.id
+            )  # fmt: skip
+            first_row = 0 if self.snapshots.active is None else self.snapshots.active.rows
+            window = self.snapshots.window
+            chunk_size = 0 if window is None or window.rows is None else len(window.rows)
+            rows = self.snapshots.watermark(str(after.get("kind")), str(after.get("window_id")))
+            if rows is None or plan is None:
+                continue
+            finished = self.snapshots.active is None
+            reads = snapshot_reader.reads(
+                plan, rows, (change.file, change.pos), change.server_id,
+                int(time.time() * 1000), first_row,
+            )  # fmt: skip
+            if finished and reads:
+                reads[-1].snapshot = "last"
+            for read in reads:
+                await self._publish_read(read)
+            self._progress = self.snapshots.progress()
+            log.info(
+                "snapshot_chunk_emitted",
+                table=plan.name,
+                rows=len(reads),
+                dropped=chunk_size - len(reads),
+                finished=finished,
+            )
+            if finished:
+                log.info("snapshot_request_done", table=plan.name, request=self._finished_id())
+            self._start_chunk()
+
+    def _finished_id(self) -> str | None:
+        return self.snapshots.finished[-1].id if self.snapshots.finished else None
+
+    def _start_chunk(self) -> None:
+        """Open the next window of the active (or next queued) request, if none is open."""
+        if self._chunk_task is not None and not self._chunk_task.done():
+            return
+        if self.snapshots.window is not None or self._stop_requested:
+            return
+        if self.lease is not None and not self.lease.valid:
+            return
+        request = self.snapshots.next_table()
+        if request is None:
+            return
+        self._progress = self.snapshots.progress()
+        self._chunk_task = asyncio.create_task(self._read_window(request))
+
+    async def _read_window(self, request: SnapshotRequest) -> None:
+        try:
+            reader = self._chunk_reader
+            if reader is None:
+                conn = await connect_retrying(self.config.source, self.password, what="snapshot")
+                reader = ChunkReader(
+                    conn, await server_info(conn), self.config.snapshot.signal,
+                    self.config.pipeline,
+                )  # fmt: skip
+                await reader.prepare()
+                self._chunk_reader = reader
+            plan = self._plans.get(request.id)
+            if plan is None:
+                plan = self._plans[request.id] = await reader.plan(request)
+                log.info("snapshot_request_started", request=request.id, table=request.table,
+                         key=list(plan.chunk_key), where=request.where)  # fmt: skip
+                if not plan.chunk_key:
+                    log.warning(
+                        "snapshot_table_without_key",
+                        table=plan.name,
+                        note="read whole, in one window: memory holds the table",
+                    )
+            active = self.snapshots.active
+            if active is None or active.request.id != request.id:
+                return  # cancelled meanwhile
+            window = self.snapshots.open_window(plan.chunk_key or plan.column_names)
+            await reader.read_window(
+                plan, window, active.after, request.where,
+                request.chunk_rows if plan.chunk_key else None,
+            )  # fmt: skip
+        except SnapshotRequestError as exc:
+            failed = self.snapshots.fail(str(exc))
+            self._progress = self.snapshots.progress()
+            log.error("snapshot_request_failed", request=None if failed is None else failed.id,
+                      table=request.table, error=str(exc))  # fmt: skip
+        except (ReplicadError, OSError) as exc:
+            # The primary went away: the window is dropped and read again later.
+            self.snapshots.window = None
+            await self._close_chunk_reader()
+            log.warning("snapshot_chunk_retry", table=request.table, error=str(exc))
+
+    async def _close_chunk_reader(self) -> None:
+        reader, self._chunk_reader = self._chunk_reader, None
+        if reader is not None:
+            await reader.conn.close()
+
+    def _serve_requests(self, stored: Position | None) -> None:
+        """Take queued snapshot requests and cancellations (at most every second) and complete
+        those whose effect the stored position holds."""
+        if self.requests is None or time.monotonic() - self._requests_at < 1.0:
+            return
+        self._requests_at = time.monotonic()
+        durable = (stored.snapshot if stored is not None else None) or ""
+        for request in self.requests.pending():
+            taken = self._taken.get(request.id)
+            if taken is not None:
+                if taken == "cancel" or f'"{taken}"' in durable:
+                    self.requests.complete(request.id, "applied", {"snapshot": taken})
+                    del self._taken[request.id]
+                continue
+            if request.op == "snapshot-cancel":
+                cancelled = self.snapshots.cancel(request.args.get("id"))
+                log.info("snapshot_cancelled", requests=cancelled)
+                self._taken[request.id] = "cancel"
+            elif request.op == "snapshot":
+                try:
+                    wanted = SnapshotRequest.from_json({"id": request.id, **request.args})
+                except SnapshotRequestError as exc:
+                    self.requests.complete(request.id, "rejected", {"error": str(exc)})
+                    continue
+                if not self.filter.includes(*wanted.db_table):
+                    self.requests.complete(
+                        request.id, "rejected", {"error": "the filters exclude this table"}
+                    )
+                    continue
+                if wanted.db_table == self._signal:
+                    self.requests.complete(
+                        request.id, "rejected", {"error": "the signal table is not snapshotted"}
+                    )
+                    continue
+                if self.snapshots.add(wanted):
+                    log.info("snapshot_requested", request=wanted.id, table=wanted.table,
+                             where=wanted.where, chunk_rows=wanted.chunk_rows)  # fmt: skip
+                self._taken[request.id] = wanted.id
+            else:
+                continue  # not ours (position set is the inbox's other use)
+            self._progress = self.snapshots.progress()
 
     async def _publish_table_changes(self, changes: list[TableChange], lease: Lease | None) -> None:
         for change in changes:
@@ -470,6 +659,16 @@ class Pipeline:
             ) from None
         log.info("publishing_resumed", paused_s=round(time.monotonic() - started, 3))
 
+    async def _stop_chunks(self) -> None:
+        task = self._chunk_task
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self._close_chunk_reader()
+
     def status(self) -> dict[str, Any]:
         """What `replicad status` shows for this pipeline."""
         return {
@@ -483,6 +682,7 @@ class Pipeline:
             "transactions": self.transactions,
             "rows": self.rows,
             "snapshot": [p.to_json() for p in self.snapshot_progress] or None,
+            "incremental": None if self._progress is None else self.snapshots.status(),
             "updated_ms": int(time.time() * 1000),
         }
 
@@ -525,6 +725,9 @@ class Pipeline:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
+                    if self._snapshot is None:  # not during the initial snapshot
+                        self._serve_requests(self.checkpointer.stored)
+                        self._start_chunk()
                     if isinstance(self.stream, RelayedStream):
                         self.stream.maintain(self.checkpointer.stored)  # fsync, retention
                     if self.inbox is not None and self.command is None:
@@ -549,6 +752,7 @@ class Pipeline:
         )
         for sink in self.sinks:  # first: closing the source connection may take a while
             sink.abandon()
+        await self._stop_chunks()
         await self.stream.close()
 
     async def close(self, failed: bool = False, drain_s: float | None = None) -> None:
@@ -556,6 +760,7 @@ class Pipeline:
         by default what shutdown.timeout_s leaves after the grace) and store the final
         acknowledged position. After a failure only what was already handed over settles;
         nothing new is sent."""
+        await self._stop_chunks()
         await self.stream.close()
         try:
             if drain_s is None:
@@ -608,6 +813,7 @@ async def run_until_stopped(
     store: PipelineStore | None = None,
     lease: Lease | None = None,
     inbox: CommandInbox | None = None,
+    requests: RequestInbox | None = None,
 ) -> Pipeline:
     """Run the pipeline until `stop` is set; the transaction in flight is finished first
     (for at most 40 % of shutdown.timeout_s: a sink that cannot deliver must not block the
@@ -615,7 +821,7 @@ async def run_until_stopped(
     A pipeline that lost its lease (LeadershipLostError), or failed while its lease was not
     valid, ends without a final checkpoint and without sending what its sinks still queue
     (another leader owns the position now) and raises LeadershipLostError."""
-    pipeline = Pipeline(config, password, store, lease, inbox)
+    pipeline = Pipeline(config, password, store, lease, inbox, requests)
     task = asyncio.create_task(pipeline.run())
     stopper = asyncio.create_task(stop.wait())
     failed = lost = False

@@ -38,24 +38,25 @@ def dump_input(
     stop: int | None,
     events: bool,
     verify_checksum: bool,
+    history: DumpHistory | None = None,
 ) -> None:
     """Decode one input (`kind` from relay.decode.input_kind) and write its lines to `out`.
-    Raises what decoding raises (ReplicadError, OSError) for the caller to report."""
+    `history`: shared by the inputs of one dump, in order (a DDL's before-image may come from
+    an earlier file). Raises what decoding raises (ReplicadError, OSError) for the caller."""
+    history = history or DumpHistory()
     if kind == "binlog":
         decoded = iter_file_events(path, start=start, stop=stop, verify_checksum=verify_checksum)
         if events:
             write_events(out, decoded, path)
         else:
-            changes = iter_changes(
-                decoded, file=os.path.basename(path), table_changes=DumpHistory()
-            )
+            changes = iter_changes(decoded, file=os.path.basename(path), table_changes=history)
             write_changes(out, changes)
         return
     items = iter_relay(Path(path), verify_checksum=verify_checksum)
     if events:
         write_events(out, items, path)
     else:
-        write_changes(out, relay_changes(_note_torn(path, items), DumpHistory()))
+        write_changes(out, relay_changes(_note_torn(path, items), history))
 
 
 def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
@@ -71,7 +72,7 @@ def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
 
 def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange]) -> None:
     """The messages Kafka would get (`EnvelopeLines`), one per line."""
-    lines = EnvelopeLines("replicad")
+    lines = EnvelopeLines("replicad", replay=True)
     for change in changes:
         out.write(lines.row(change) if isinstance(change, RowChange) else lines.table(change))
 

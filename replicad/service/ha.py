@@ -203,7 +203,7 @@ async def _run_as_leader(
     inbox = ZkCommandInbox(leadership)
     while True:
         pipeline: Pipeline = await run_until_stopped(
-            config, password, stop, store=store, lease=leadership, inbox=inbox
+            config, password, stop, store=store, lease=leadership, inbox=inbox, requests=inbox
         )
         command = pipeline.command
         if command is None:
@@ -256,7 +256,7 @@ async def _apply_set_position(
 # ---------------------------------------------------------------------- operator side
 
 
-def _client(config: Config) -> tuple[ZookeeperConfig, ZkClient]:
+def zk_client(config: Config) -> tuple[ZookeeperConfig, ZkClient]:
     zk = config.coordination.zookeeper
     assert zk is not None
     client = ZkClient(zk)
@@ -266,7 +266,7 @@ def _client(config: Config) -> tuple[ZookeeperConfig, ZkClient]:
 
 def zk_status(config: Config) -> list[dict[str, Any]]:
     """Every pipeline of the cluster, as `replicad status` shows it."""
-    zk, client = _client(config)
+    zk, client = zk_client(config)
     try:
         names = list_pipelines(client, zk.root, zk.cluster)
         return [
@@ -284,7 +284,7 @@ def zk_change_position(
     directly with --force when no worker is a candidate. The value is resolved and checked
     against the primary first; a bad value writes nothing."""
     position, history = asyncio.run(resolve_position(config, password, value))
-    zk, client = _client(config)
+    zk, client = zk_client(config)
     by = f"cli@{socket.gethostname()}"
     try:
         paths = ZkPaths.from_config(zk, config.pipeline)

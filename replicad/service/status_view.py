@@ -33,6 +33,7 @@ def local_pipeline_status(config: Config) -> dict[str, Any]:
         "read_position": status.get("read_position") if pid is not None else None,
         "lag_s": status.get("lag_s") if pid is not None else None,
         "snapshot": status.get("snapshot") if pid is not None else None,
+        "incremental": status.get("incremental") if pid is not None else None,
         "updated_ms": status.get("updated_ms"),
         "last_error": status.get("last_error"),
     }
@@ -57,6 +58,7 @@ def zk_pipeline_status(state: dict[str, Any]) -> dict[str, Any]:
         "read_position": status.get("read_position"),
         "lag_s": state.get("lag_s"),
         "snapshot": status.get("snapshot"),
+        "incremental": status.get("incremental"),
         "last_error": state.get("last_error"),
         "pending_commands": state.get("pending_commands") or [],
     }

@@ -312,14 +312,19 @@ class EnvelopeLines:
     the value Kafka gets for it (a primary-key change is two lines), then a newline. A
     TRUNCATE is its op "t" message; another schema change its schema-topic event."""
 
-    __slots__ = ("name", "writer")
+    __slots__ = ("name", "replay", "writer")
 
-    def __init__(self, name: str, connect: ConnectSchemas | None = None) -> None:
+    def __init__(
+        self, name: str, connect: ConnectSchemas | None = None, *, replay: bool = False
+    ) -> None:
+        """`replay` (`replicad dump`): the top-level `ts_ms` is the commit time, not the time
+        of writing, so that dumping the same binlog twice prints the same bytes."""
         self.name = name
+        self.replay = replay
         self.writer = EnvelopeWriter(name, connect)
 
     def row(self, change: RowChange) -> bytes:
-        now_ms = int(time.time() * 1000)
+        now_ms = change.ts_ms if self.replay else int(time.time() * 1000)
         value = self.writer.value
         return b"".join(
             value(change, op, before, after, now_ms) + b"\n"
@@ -327,7 +332,7 @@ class EnvelopeLines:
         )
 
     def table(self, change: TableChange) -> bytes:
-        now_ms = int(time.time() * 1000)
+        now_ms = change.ts_ms if self.replay else int(time.time() * 1000)
         if change.kind == "truncate":
             return self.writer.truncate(change, now_ms) + b"\n"
         return dumps(schema_change_value(change, self.name, now_ms)) + b"\n"

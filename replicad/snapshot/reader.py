@@ -73,6 +73,22 @@ class TablePlan:
     def name(self) -> str:
         return f"{self.db}.{self.table}"
 
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def parsers(self) -> list[Any]:
+        return [c.parser() for c in self.columns]
+
+    @property
+    def by_name(self) -> dict[str, SnapshotColumn]:
+        return {c.name: c for c in self.columns}
+
+    @property
+    def select(self) -> str:
+        return ", ".join(c.select for c in self.columns)
+
 
 @dataclass(slots=True)
 class TableProgress:
@@ -178,14 +194,10 @@ async def read_chunks(
     conn: AsyncConnection, plan: TablePlan, chunk_rows: int
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """The table's rows in chunks (dicts of column -> value as the binlog decoders give it)."""
-    names = [c.name for c in plan.columns]
-    parsers = [c.parser() for c in plan.columns]
-    by_name = {c.name: c for c in plan.columns}
-    select = ", ".join(c.select for c in plan.columns)
     source = f"{quote_name(plan.db)}.{quote_name(plan.table)}"
     key = plan.chunk_key
     order = ", ".join(quote_name(k) for k in key)
-    after: dict[str, Any] | None = None
+    after: list[str] | None = None
     offset = 0
     if not key:
         log.warning(
@@ -195,49 +207,62 @@ async def read_chunks(
         )
     while True:
         if key:
-            where = "" if after is None else " WHERE " + _after_key(key, by_name, after)
-            sql = f"SELECT {select} FROM {source}{where} ORDER BY {order} LIMIT {chunk_rows}"
+            where = "" if after is None else " WHERE " + range_after(key, after)
+            sql = f"SELECT {plan.select} FROM {source}{where} ORDER BY {order} LIMIT {chunk_rows}"
         else:
-            sql = f"SELECT {select} FROM {source} LIMIT {chunk_rows} OFFSET {offset}"
+            sql = f"SELECT {plan.select} FROM {source} LIMIT {chunk_rows} OFFSET {offset}"
         try:
             result = await conn.query(sql)
         except ServerError as exc:
             raise SnapshotError(f"reading the table failed: {exc}", table=plan.name) from None
-        rows = [
-            {
-                name: None
-                if raw is None
-                else parse(raw if isinstance(raw, bytes) else raw.encode())
-                for name, parse, raw in zip(names, parsers, values, strict=True)
-            }
-            for values in result.rows
-        ]
+        rows = parse_rows(plan, result)
         if rows:
             yield rows
         if len(rows) < chunk_rows:
             return
-        after = rows[-1]
+        if key:
+            after = row_key(plan, rows[-1])
         offset += len(rows)
 
 
-def _after_key(key: Sequence[str], columns: dict[str, SnapshotColumn], row: dict[str, Any]) -> str:
-    """Rows after `row` in key order: (k1 > v1) OR (k1 = v1 AND k2 > v2) OR ... (this form,
-    unlike a row comparison, is a range scan on MariaDB)."""
-    literals = [(quote_name(k), columns[k].literal(row[k])) for k in key]
+def parse_rows(plan: TablePlan, result: Any) -> list[dict[str, Any]]:
+    """A result set of `plan.select` as rows of the binlog decoders' values."""
+    names = plan.column_names
+    parsers = plan.parsers
+    return [
+        {
+            name: None if raw is None else parse(raw if isinstance(raw, bytes) else raw.encode())
+            for name, parse, raw in zip(names, parsers, values, strict=True)
+        }
+        for values in result.rows
+    ]
+
+
+def row_key(plan: TablePlan, row: dict[str, Any]) -> list[str]:
+    """The chunk key of a read row as SQL literals (what progress stores)."""
+    by_name = plan.by_name
+    return [by_name[k].literal(row[k]) for k in plan.chunk_key]
+
+
+def range_after(key: Sequence[str], literals: Sequence[str]) -> str:
+    """Rows after the key `literals` in key order: (k1 > v1) OR (k1 = v1 AND k2 > v2) OR ...
+    (this form, unlike a row comparison, is a range scan on MariaDB)."""
+    pairs = [(quote_name(k), v) for k, v in zip(key, literals, strict=True)]
     terms = []
-    for i in range(len(literals)):
-        equal = [f"{name} = {value}" for name, value in literals[:i]]
-        name, value = literals[i]
+    for i in range(len(pairs)):
+        equal = [f"{name} = {value}" for name, value in pairs[:i]]
+        name, value = pairs[i]
         terms.append("(" + " AND ".join([*equal, f"{name} > {value}"]) + ")")
     return "(" + " OR ".join(terms) + ")"
 
 
 def reads(
-    plan: TablePlan, rows: list[dict[str, Any]], position: Position, server_id: int,
-    ts_ms: int, first_row: int,
+    plan: TablePlan, rows: list[dict[str, Any]], at: tuple[str | None, int | None],
+    server_id: int, ts_ms: int, first_row: int,
 ) -> list[RowChange]:  # fmt: skip
-    """Snapshot rows as op "r" changes at the snapshot's position (`row` counts the table's
-    rows, so `(file, pos, row, op)` stays unique per table)."""
+    """Snapshot rows as op "r" changes at binlog coordinates `at` (the snapshot's position, or
+    an incremental chunk's high watermark); `row` counts the table's rows, so
+    `(file, pos, row, op)` stays unique per table."""
     return [
         RowChange(
             "r",
@@ -245,8 +270,8 @@ def reads(
             plan.table,
             None,
             row,
-            position.file,
-            position.pos,
+            at[0],
+            at[1],
             first_row + i,
             None,
             server_id,

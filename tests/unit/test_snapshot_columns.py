@@ -13,7 +13,7 @@ import pytest
 from replicad.binlog.values import Geometry
 from replicad.service.status_view import render_status
 from replicad.snapshot.columns import SnapshotColumn, SnapshotError, column_of
-from replicad.snapshot.reader import _after_key
+from replicad.snapshot.reader import range_after
 
 pytestmark = pytest.mark.unit
 
@@ -96,9 +96,8 @@ def test_key_literals_compare_as_the_index_orders(column, value, literal) -> Non
 
 def test_the_next_chunk_starts_after_the_last_key_of_a_composite_key() -> None:
     columns = {"a": col("int"), "b": col("varbinary")}
-    assert _after_key(["a", "b"], columns, {"a": 7, "b": b"\x01"}) == (
-        "((`a` > 7) OR (`a` = 7 AND `b` > X'01'))"
-    )
+    literals = [columns["a"].literal(7), columns["b"].literal(b"\x01")]
+    assert range_after(["a", "b"], literals) == ("((`a` > 7) OR (`a` = 7 AND `b` > X'01'))")
 
 
 def test_information_schema_rows_become_columns() -> None:
