@@ -21,8 +21,9 @@ import orjson
 import pytest
 
 from tests.helpers.daemon_process import PASSWORD_ENV, ROOT, wait_for
+from tests.helpers.ha import HaReplicad
 from tests.helpers.kafka_helpers import consume_all
-from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
+from tests.helpers.kafka_run import KafkaReplicad, master_gtid, wait_caught_up
 from tests.helpers.mariadb import connect_root
 
 pytestmark = pytest.mark.integration
@@ -202,3 +203,76 @@ def test_bad_requests_are_refused_before_anything_is_queued(db, kafka, tmp_path)
     assert not (tmp_path / "position.requests").exists() or not list(
         (tmp_path / "position.requests").glob("req-*.json")
     )
+
+
+def _zk_position(zookeeper: str, root: str, pipeline: str) -> dict | None:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper)
+    client.start(timeout=10)
+    try:
+        path = f"{root}/default/pipelines/{pipeline}/position"
+        if not client.exists(path):
+            return None
+        return orjson.loads(client.get(path)[0])["position"]
+    finally:
+        client.stop()
+
+
+def test_a_new_leader_resumes_an_incremental_snapshot_at_the_next_chunk(
+    db, kafka, zookeeper, zk_root, tmp_path
+) -> None:
+    """Under ZooKeeper: the leader is SIGKILLed mid-snapshot while writes go on; the standby
+    takes over and continues after the last chunk stored with the position."""
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute(f"INSERT INTO big SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}")
+        _create_signal(cur, name)
+    pipeline = f"iz{uuid.uuid4().hex[:6]}"
+    prefix = f"z{uuid.uuid4().hex[:8]}"
+    zk_port = int(zookeeper.rsplit(":", 1)[1])
+    workers = [
+        HaReplicad(tmp_path, f"w{i}", zk_port, zk_root, server_id=7173, prefix=prefix,
+                   kafka=kafka, pipeline=pipeline, extra_yaml=_signal_yaml(name))
+        for i in range(2)
+    ]  # fmt: skip
+    for worker in workers:
+        worker.start()
+
+    def leading() -> list[HaReplicad]:
+        return [w for w in workers if w.count("leading") and w.proc.poll() is None]
+
+    wait_for(lambda: bool(leading()), 60, "a leader")
+    leader = leading()[0]
+    standby = next(w for w in workers if w is not leader)
+    writer = Writer(name)
+    writer.start()
+    requested = _cli(standby, "request", f"{name}.big", "--chunk-rows", str(CHUNK))
+    assert requested.returncode == 0, requested.stderr.decode()
+    wait_for(lambda: len(_chunk_reads(leader)) >= 8, 120, "chunks read by the leader")
+
+    def stored_progress() -> dict | None:
+        position = _zk_position(zookeeper, zk_root, pipeline) or {}
+        return json.loads(position.get("snapshot") or "{}").get("active")
+
+    wait_for(lambda: (stored_progress() or {}).get("chunks", 0) >= 3, 60, "stored progress")
+    leader.proc.send_signal(signal.SIGKILL)
+    leader.proc.wait(30)
+    stored = stored_progress()
+    assert stored is not None and stored["after"] is not None
+    wait_for(
+        lambda: "done" in _cli(standby, "status").stdout.decode(), 240, "the snapshot to finish"
+    )
+    assert writer.stop() > 0
+    target = master_gtid()
+    wait_for(
+        lambda: (_zk_position(zookeeper, zk_root, pipeline) or {}).get("mariadb_gtid") == target,
+        60,
+        "the new leader to catch up",
+    )
+    assert standby.stop() == 0
+    resumed = _chunk_reads(standby)
+    assert resumed and resumed[0]["after"] == stored["after"]
+    records = consume_all(kafka, [f"{prefix}.{name}.big"], idle_s=5.0, timeout_s=300)
+    assert _fold(records) == _selected(conn, name)
