@@ -11,6 +11,7 @@ at most the unacknowledged window. A sink that cannot keep up makes `publish` wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -304,7 +305,8 @@ class Pipeline:
                 )
         finally:
             self._snapshot = None
-            await snapshot_reader.end(conn)
+            with contextlib.suppress(ReplicadError):  # e.g. cancelled inside a query
+                await snapshot_reader.end(conn)
             await conn.close()
         async with self._gate:
             checkpointer.mark(position, True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import BinaryIO
@@ -41,6 +42,7 @@ class JsonLinesSink:
         self.values = values or ValueMode()
         self.lines = EnvelopeLines(name, self.values.connect)
         self._marked = 0
+        self._regular = False  # fsync only a regular file (not /dev/null, a FIFO, a tty)
         self._out: BinaryIO
         if self.path is None:
             self._out = sys.stdout.buffer
@@ -48,6 +50,7 @@ class JsonLinesSink:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._out = open(self.path, "ab")
+                self._regular = stat.S_ISREG(os.fstat(self._out.fileno()).st_mode)
             except OSError as exc:
                 raise SinkError(
                     f"cannot open the output file: {exc.strerror}", file=str(self.path)
@@ -76,7 +79,7 @@ class JsonLinesSink:
         """Make everything written so far durable enough to move the position past it."""
         try:
             self._out.flush()
-            if self.path is not None:
+            if self._regular:
                 os.fsync(self._out.fileno())
         except OSError as exc:
             raise SinkError(f"cannot flush changes: {exc.strerror}", file=self._name) from None
