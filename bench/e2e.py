@@ -97,6 +97,7 @@ SERVICES_DIR = ROOT / ".services"
 DATABASE = "replicad_e2e"
 TABLE = decode.TABLE  # decode.py's table, in our database
 LATENCY_TABLE = "latency_rows"
+SNAPSHOT_TABLE = "snap_rows"  # --snapshot-rows: read by an incremental snapshot
 DEFAULT_ROWS = 200_000
 DEFAULT_RATE = 5_000
 DEFAULT_SECONDS = 20.0
@@ -238,7 +239,7 @@ def master_status(cur: Any) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
-def setup_database(server: decode.Server) -> None:
+def setup_database(server: decode.Server, snapshot_rows: int = 0) -> None:
     conn = server.connect()
     try:
         with conn.cursor() as cur:
@@ -246,6 +247,28 @@ def setup_database(server: decode.Server) -> None:
             cur.execute(f"CREATE DATABASE {DATABASE}")
             cur.execute(CREATE_ROWS)
             cur.execute(CREATE_LATENCY)
+            if snapshot_rows:
+                # The table an incremental snapshot reads during the second latency phase
+                # (written before replicad's start position: only the snapshot reads it), and
+                # the signal table with the grant docs/snapshots.md asks for.
+                cur.execute(
+                    f"CREATE TABLE {DATABASE}.{SNAPSHOT_TABLE} (id BIGINT PRIMARY KEY, n INT, "
+                    "s VARCHAR(64), d DECIMAL(12,2), at DATETIME(6))"
+                )
+                cur.execute(
+                    f"INSERT INTO {DATABASE}.{SNAPSHOT_TABLE} SELECT seq, seq % 1000, "
+                    "CONCAT('name-', seq), seq / 7, '2024-01-02' + INTERVAL seq SECOND "
+                    f"FROM {DATABASE}.seq_1_to_{int(snapshot_rows)}"
+                )
+                cur.execute(
+                    f"CREATE TABLE {DATABASE}.replicad_signal (id VARCHAR(128) PRIMARY KEY, "
+                    "kind VARCHAR(16) NOT NULL, window_id VARCHAR(64) NOT NULL, "
+                    "at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"
+                )
+                cur.execute(
+                    f"GRANT INSERT, UPDATE, DELETE ON {DATABASE}.replicad_signal "
+                    f"TO '{server.repl_user}'@'127.0.0.1'"
+                )
     finally:
         conn.close()
 
@@ -312,6 +335,7 @@ class _NullProducer:
         key: bytes | None = None,
         on_delivery: Any = None,
         headers: Any = None,
+        partition: int | None = None,  # KafkaSink names one for a TRUNCATE (every partition)
     ) -> None:
         self.messages += 1
         self.bytes += len(value or b"") + len(key or b"")
@@ -408,7 +432,7 @@ def child_writer(spec: dict[str, Any]) -> dict[str, Any]:
         batch = spec["batch"]
         count = max(1, round(spec["rate"] * spec["seconds"] / batch))
         interval = batch / spec["rate"]
-        next_id = 1
+        next_id = first_id = spec.get("first_id", 1)
         t0 = time.time() + 0.1
         for txn in range(count):
             due = t0 + txn * interval
@@ -426,7 +450,7 @@ def child_writer(spec: dict[str, Any]) -> dict[str, Any]:
     conn.close()
     late = [began - due for _, due, began, _ in txns]
     return {
-        "rows": next_id - 1,
+        "rows": next_id - first_id,
         "transactions": len(txns),
         "batch": batch,
         "first_due": txns[0][1],
@@ -737,6 +761,7 @@ class Replicad:
             # At-least-once defaults (tombstones on, headers on, 1 partition per topic).
             "sinks": {"kafka": {"bootstrap_servers": self.bootstrap, "prefix": self.pipeline}},
             "coordination": {"local": {"path": str(self.workdir / "position.json")}},
+            "snapshot": {"signal": {"database": DATABASE, "table": "replicad_signal"}},
             "log": {"format": "json", "level": "info"},
         }
         self.config_path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
@@ -1038,10 +1063,13 @@ def latency_phase(
     args: argparse.Namespace,
     workdir: Path,
     pids: dict[str, int],
+    first_id: int = 1,
 ) -> dict[str, Any]:
     """Paced inserts while replicad runs; per-row latencies as seen by the consumer."""
     out_path = workdir / "writer.json"
+    out_path.unlink(missing_ok=True)
     spec = {
+        "first_id": first_id,
         "host": server.host,
         "port": server.port,
         "user": server.user,
@@ -1100,6 +1128,40 @@ def latency_phase(
         "replicad_threads_cpu_s": threads,
         "cpu": cpu,
     }
+
+
+def snapshot_latency_phase(
+    replicad: Replicad,
+    reader: TopicReader,
+    server: decode.Server,
+    args: argparse.Namespace,
+    workdir: Path,
+    pids: dict[str, int],
+    first_id: int,
+) -> dict[str, Any]:
+    """The latency phase again, with an incremental snapshot of SNAPSHOT_TABLE requested
+    right before it: how much the snapshot's chunks delay the live stream."""
+    env = {**os.environ, "REPLICAD_E2E_PASSWORD": server.repl_password}
+    before = len(replicad.log_events())
+    requested = subprocess.run(
+        [sys.executable, "-m", "replicad.cli", "snapshot", "request",
+         f"{DATABASE}.{SNAPSHOT_TABLE}", "--chunk-rows", str(args.snapshot_chunk_rows),
+         "-c", str(replicad.config_path)],
+        env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    if requested.returncode != 0:
+        raise RuntimeError(f"snapshot request failed: {requested.stderr.decode()}")
+    lat = latency_phase(replicad, reader, server, args, workdir, pids, first_id)
+    events = replicad.log_events()[before:]
+    emitted = [e for e in events if e.get("event") == "snapshot_chunk_emitted"]
+    done = [e for e in events if e.get("event") == "snapshot_request_done"]
+    lat["snapshot"] = {
+        "rows_emitted": sum(e.get("rows", 0) for e in emitted),
+        "chunks": len(emitted),
+        "done_during_phase": bool(done),
+        "chunk_rows": args.snapshot_chunk_rows,
+    }
+    return lat
 
 
 def broker_latency(
@@ -1308,7 +1370,21 @@ def report_latency(results: dict[str, Any], verdicts: list[str]) -> None:
             _pct_row("broker alone: produce() -> delivery report", base["produce_to_ack_ms"])
         )
         lines.append(_pct_row("broker alone: produce() -> consumed", base["produce_to_consume_ms"]))
+    during = results.get("latency_snapshot")
+    if during:
+        lines.append(
+            _pct_row("commit -> consumed, incremental snapshot running",
+                     during["commit_to_consume_ms"])
+        )  # fmt: skip
     print(common.grid(head, lines))
+    if during:
+        snap = during["snapshot"]
+        print(
+            f"during the second phase the snapshot emitted {snap['rows_emitted']:,} reads in "
+            f"{snap['chunks']} chunks of {snap['chunk_rows']:,} rows (finished: "
+            f"{snap['done_during_phase']}); achieved {during['achieved_rows_per_s']:,.0f} rows/s, "
+            f"consumed {during['consumed']:,} of {during['writer']['rows']:,}"
+        )
     print("latency phase " + _cpu_line(lat["cpu"]))
     print(f"replicad's CPU s by thread: {_threads(lat.get('replicad_threads_cpu_s'))}")
     if base:
@@ -1420,7 +1496,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         say = functools.partial(print, file=sys.stderr)
         say(f"set-up: database {DATABASE}, pipeline/prefix {pipeline}, Kafka {bootstrap}")
-        setup_database(server)
+        setup_database(server, args.snapshot_rows)
         say(f"loading {plan.total:,} row changes (replicad stopped) ...")
         workload = load(server, plan)
         results["workload"] = {k: v for k, v in workload.items() if k != "segments"}
@@ -1479,6 +1555,12 @@ def run(args: argparse.Namespace) -> int:
             results["broker_latency"] = base
             if base["consumed"] != base["messages"] or base["failed"] or base["undelivered"]:
                 problems.append(f"broker latency baseline: {base}")
+            if args.snapshot_rows:
+                say(f"latency again, while an incremental snapshot reads {args.snapshot_rows:,} "
+                    "rows ...")  # fmt: skip
+                results["latency_snapshot"] = snapshot_latency_phase(
+                    replicad, lat_reader, server, args, workdir, pids, lat["writer"]["rows"] + 1
+                )
     except (ReplicadDied, TimeoutError, RuntimeError) as exc:
         problems.append(f"{type(exc).__name__}: {exc}\nreplicad log tail:\n{replicad.log_tail()}")
     finally:
@@ -1531,6 +1613,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--batch", type=int, default=DEFAULT_BATCH, help="rows per latency transaction"
     )
+    parser.add_argument(
+        "--snapshot-rows",
+        type=int,
+        default=0,
+        help="then repeat the latency phase while an incremental snapshot reads a table of "
+        "this many rows (0: skip)",
+    )
+    parser.add_argument("--snapshot-chunk-rows", type=int, default=10_000)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     parser.add_argument("--keep", action="store_true", help="keep the topics, database, files")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the broker ceiling")
