@@ -372,6 +372,10 @@ class SnapshotConfig(_Strict):
     file is no longer on the primary; `never`: stream only."""
 
     mode: Literal["never", "initial", "when_needed"] = "never"
+    # How the initial snapshot reads: `consistent` (one read view at a known binlog position;
+    # MariaDB), `watermarks` (stream from now, every table as an incremental snapshot; needs
+    # the signal table), `auto` (consistent on MariaDB, watermarks on MySQL).
+    initial_method: Literal["auto", "consistent", "watermarks"] = "auto"
     chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per SELECT (memory holds one)
     signal: SnapshotSignalConfig = SnapshotSignalConfig()
 

@@ -47,6 +47,7 @@ from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.sinks.value_modes import ValueMode
 from replicad.snapshot import reader as snapshot_reader
+from replicad.snapshot.columns import SnapshotError
 from replicad.snapshot.incremental import (
     IncrementalSnapshots,
     SnapshotRequest,
@@ -235,15 +236,24 @@ class Pipeline:
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
         return position
 
+    def _snapshotted(self, db: str, table: str) -> bool:
+        return self.filter.includes(db, table) and (db, table) != self._signal
+
     async def _open_snapshot(self) -> Position:
         """Open the consistent read view of the initial snapshot: its binlog position is where
-        the stream starts, and the schema history is taken there (snapshot/reader.py)."""
+        the stream starts, and the schema history is taken there (snapshot/reader.py). With
+        `initial_method: watermarks` (the default on MySQL, which has no position for a read
+        view) the stream starts now and every included table is queued as an incremental
+        snapshot instead."""
         conn = await connect_retrying(self.config.source, self.password, what="snapshot")
         try:
             info = await server_info(conn)
+            method = self.config.snapshot.initial_method
+            if method == "watermarks" or (method == "auto" and not info.mariadb):
+                return await self._queue_initial_snapshots(conn, info)
             position = await snapshot_reader.begin(conn, info)
             self.history = await snapshot(conn, position)
-            plans = await snapshot_reader.plan_tables(conn, info, self.filter.includes)
+            plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
         except BaseException:
             await conn.close()
             raise
@@ -254,6 +264,37 @@ class Pipeline:
             position=str(position),
             tables=[plan.name for plan in plans],
             chunk_rows=self.config.snapshot.chunk_rows,
+        )
+        return position
+
+    async def _queue_initial_snapshots(self, conn: AsyncConnection, info: ServerInfo) -> Position:
+        """The initial snapshot as incremental snapshots: start streaming at the primary's
+        current position and queue every included table; each is read in watermarked chunks
+        while the stream runs (docs/snapshots.md). The signal table is checked first: an
+        initial snapshot that cannot run stops the start with a clear error."""
+        try:
+            position = await initial_position(conn, info, "latest")
+            self.history = await snapshot(conn, position)
+            reader = ChunkReader(conn, info, self.config.snapshot.signal, self.config.pipeline)
+            await reader.prepare()
+            plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
+            chunk_rows = self.config.snapshot.chunk_rows
+            for plan in plans:
+                request = SnapshotRequest(f"initial-{plan.name}", plan.name, None, chunk_rows)
+                if plan is plans[0]:
+                    await reader.check(request)
+                self.snapshots.add(request)
+        except SnapshotRequestError as exc:
+            raise SnapshotError(f"the initial snapshot cannot run: {exc}") from None
+        finally:
+            await conn.close()
+        self._progress = self.snapshots.progress()
+        log.info(
+            "snapshot_started",
+            method="watermarks",
+            position=str(position),
+            tables=[plan.name for plan in plans],
+            chunk_rows=chunk_rows,
         )
         return position
 

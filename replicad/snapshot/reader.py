@@ -157,8 +157,8 @@ async def begin(conn: AsyncConnection, info: ServerInfo) -> Position:
     """Open the consistent read view and return the binlog position it corresponds to."""
     if not info.mariadb:
         raise SnapshotError(
-            "snapshot.mode initial needs MariaDB here: a MySQL primary has no lock-free "
-            "binlog position for a consistent snapshot that replicad can use yet "
+            "snapshot.initial_method consistent needs MariaDB: a MySQL primary names no binlog "
+            "position for a consistent read view; use initial_method auto or watermarks "
             "(docs/snapshots.md)"
         )
     await conn.execute("SET SESSION time_zone = '+00:00'")

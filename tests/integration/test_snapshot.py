@@ -99,10 +99,13 @@ def test_snapshot_reads_equal_the_binlog_path_value_for_value(db, kafka, tmp_pat
             assert read["before"] is None
 
 
-def test_initial_snapshot_under_writes_folds_to_the_tables(shop, kafka, tmp_path) -> None:
+@pytest.mark.parametrize("method", ["consistent", "watermarks"])
+def test_initial_snapshot_under_writes_folds_to_the_tables(shop, kafka, tmp_path, method) -> None:
     """Three tables - one of 200k rows, one with a composite key, one without a key - while a
     workload writes to all three: reads then changes fold to exactly the tables, with no
-    change lost or repeated between the snapshot and the stream."""
+    change lost or repeated between the snapshot and the stream. `consistent`: one read view
+    at a known position (MariaDB); `watermarks`: the stream starts at once and each table is
+    read as an incremental snapshot (the method for MySQL, run here against MariaDB)."""
     conn, db = shop
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
@@ -110,33 +113,54 @@ def test_initial_snapshot_under_writes_folds_to_the_tables(shop, kafka, tmp_path
             "INSERT INTO accounts SELECT seq, CONCAT('user', seq, '@example.com'), seq / 100 "
             "FROM seq_1_to_200000"
         )
+        if method == "watermarks":
+            cur.execute(
+                "CREATE TABLE replicad_signal (id VARCHAR(128) NOT NULL PRIMARY KEY, "
+                "kind VARCHAR(16) NOT NULL, window_id VARCHAR(64) NOT NULL, "
+                "at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"
+            )
+            cur.execute(f"GRANT INSERT, UPDATE, DELETE ON `{db}`.replicad_signal "
+                        "TO 'repl'@'127.0.0.1'")  # fmt: skip
     seed = Workload(conn, seed=31)
     while seed.statements < 600:  # items (composite key) and audit (no key) hold rows too
         seed.transaction()
     writer = BackgroundWriter(db, seed=32, pause_s=0.002)
     writer.start()
     prefix = f"s{uuid.uuid4().hex[:8]}"
+    # Watermarked chunks go out one window at a time, each as its own small producer batches:
+    # the S3-backed test broker (tansu) serves thousands of them very slowly to the reader,
+    # so that method reads bigger chunks here (both still read accounts in many chunks).
+    chunk_rows = 150 if method == "consistent" else 4000
     replicad = KafkaReplicad(
         tmp_path,
         server_id=7163,
         prefix=prefix,
         kafka=kafka,
-        extra_yaml="snapshot: {mode: initial, chunk_rows: 150}\n",
+        extra_yaml=(
+            f"snapshot: {{mode: initial, chunk_rows: {chunk_rows}, initial_method: {method}, "
+            f"signal: {{database: {db}, table: replicad_signal}}}}\n"
+            f"filters: {{include: ['{db}\\..*']}}\n"
+        ),
     )
     replicad.start()
-    wait_for(lambda: replicad.count("snapshot_done") == 1, 180, "the snapshot to end")
+    if method == "consistent":
+        wait_for(lambda: replicad.count("snapshot_done") == 1, 180, "the snapshot to end")
+    else:
+        wait_for(lambda: replicad.count("snapshot_request_done") == 3, 240, "three tables")
     wait_for(lambda: writer.workload.statements >= 1500, 120, "writes after the snapshot")
     assert writer.stop() > 0
     wait_caught_up(replicad)
     assert replicad.stop() == 0
-    events = {e["event"]: e for e in replicad.log_events()}
-    assert events["snapshot_table_done"]  # one per table; the last one kept here
     records = read_topics(kafka, prefix, db)
     reads = [r for r in records if r.value is not None and orjson.loads(r.value)["op"] == "r"]
     assert sum(1 for r in reads if r.topic.endswith(".accounts")) >= 200_000
     assert {r.topic.rsplit(".", 1)[1] for r in reads} == {"items", "accounts", "audit"}
     assert fold(records, prefix, db) == normalise_expected(tables_state(conn, db))
-    assert audit_messages(records) == audit_rows(conn, db)  # no key: reads + inserts
+    if method == "consistent":
+        # No key: reads + inserts count every row once. (With watermarks a row inserted
+        # between the stream's start and its chunk's window comes as an insert and a read:
+        # the algorithm needs a key to drop the repeat; docs/snapshots.md says so.)
+        assert audit_messages(records) == audit_rows(conn, db)
     assert duplicated(records) == []
     lasts = [r for r in reads if orjson.loads(r.value)["source"]["snapshot"] == "last"]
     assert sorted(r.topic.rsplit(".", 1)[1] for r in lasts) == ["accounts", "audit", "items"]
