@@ -174,6 +174,18 @@ def make_time(negative: bool, hours: int, minutes: int, seconds: int, micros: in
     return -delta if negative else delta
 
 
+def format_time(value: dt.timedelta) -> str:
+    """A TIME value as MySQL prints it: `[-]HH:MM:SS[.ffffff]` (hours may exceed 24)."""
+    negative = value < dt.timedelta(0)
+    total = -value if negative else value
+    micros = total.days * 86_400_000_000 + total.seconds * 1_000_000 + total.microseconds
+    seconds, us = divmod(micros, 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{'-' if negative else ''}{hours:02d}:{minutes:02d}:{secs:02d}"
+    return text + (f".{us:06d}" if us else "")
+
+
 # --------------------------------------------------------------------------- decoders by type
 
 

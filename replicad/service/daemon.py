@@ -250,7 +250,9 @@ class Pipeline:
             info = await server_info(conn)
             method = self.config.snapshot.initial_method
             if method == "watermarks" or (method == "auto" and not info.mariadb):
-                return await self._queue_initial_snapshots(conn, info)
+                position = await self._queue_initial_snapshots(conn, info)
+                await conn.close()  # the chunks read on a connection of their own
+                return position
             position = await snapshot_reader.begin(conn, info)
             self.history = await snapshot(conn, position)
             plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
@@ -286,8 +288,6 @@ class Pipeline:
                 self.snapshots.add(request)
         except SnapshotRequestError as exc:
             raise SnapshotError(f"the initial snapshot cannot run: {exc}") from None
-        finally:
-            await conn.close()
         self._progress = self.snapshots.progress()
         log.info(
             "snapshot_started",

@@ -23,21 +23,10 @@ from replicad import __version__
 from replicad.binlog import jsonb
 from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.column_types import TableDescription
-from replicad.binlog.values import Geometry
+from replicad.binlog.values import Geometry, format_time
 
 if TYPE_CHECKING:
     from replicad.sinks.value_modes import ConnectSchemas
-
-
-def format_time(value: dt.timedelta) -> str:
-    negative = value < dt.timedelta(0)
-    total = -value if negative else value
-    micros = total.days * 86_400_000_000 + total.seconds * 1_000_000 + total.microseconds
-    seconds, us = divmod(micros, 1_000_000)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{'-' if negative else ''}{hours:02d}:{minutes:02d}:{secs:02d}"
-    return text + (f".{us:06d}" if us else "")
 
 
 def _base64(value: bytes | bytearray | memoryview) -> str:

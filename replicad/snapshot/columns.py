@@ -41,6 +41,7 @@ from replicad.binlog.column_types import (
 from replicad.binlog.values import (
     Geometry,
     float32_shortest,
+    format_time,
     make_date,
     make_datetime,
     make_time,
@@ -277,10 +278,7 @@ def _temporal_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dt.timedelta):
-        sign = "-" if value < dt.timedelta(0) else ""
-        micros = abs(value) // dt.timedelta(microseconds=1)
-        seconds, us = divmod(micros, 1_000_000)
-        return f"{sign}{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{us:06d}"
+        return format_time(value)
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ") if value.tzinfo \
             else value.isoformat(" ")  # fmt: skip

@@ -194,9 +194,7 @@ async def read_chunks(
     conn: AsyncConnection, plan: TablePlan, chunk_rows: int
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """The table's rows in chunks (dicts of column -> value as the binlog decoders give it)."""
-    source = f"{quote_name(plan.db)}.{quote_name(plan.table)}"
     key = plan.chunk_key
-    order = ", ".join(quote_name(k) for k in key)
     after: list[str] | None = None
     offset = 0
     if not key:
@@ -206,11 +204,7 @@ async def read_chunks(
             note="read by LIMIT/OFFSET inside the read view: each chunk scans up to its offset",
         )
     while True:
-        if key:
-            where = "" if after is None else " WHERE " + range_after(key, after)
-            sql = f"SELECT {plan.select} FROM {source}{where} ORDER BY {order} LIMIT {chunk_rows}"
-        else:
-            sql = f"SELECT {plan.select} FROM {source} LIMIT {chunk_rows} OFFSET {offset}"
+        sql = chunk_sql(plan, after=after, limit=chunk_rows, offset=0 if key else offset)
         try:
             result = await conn.query(sql)
         except ServerError as exc:
@@ -223,6 +217,32 @@ async def read_chunks(
         if key:
             after = row_key(plan, rows[-1])
         offset += len(rows)
+
+
+def chunk_sql(
+    plan: TablePlan,
+    *,
+    after: Sequence[str] | None = None,
+    where: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> str:
+    """The SELECT of one chunk: the rows after the key literals `after` (and matching
+    `where`), in key order, at most `limit` of them (None: all); a table without a chunk key
+    is paged by `offset` instead."""
+    conditions = [f"({where})"] if where else []
+    if after is not None and plan.chunk_key:
+        conditions.append(range_after(plan.chunk_key, after))
+    sql = f"SELECT {plan.select} FROM {quote_name(plan.db)}.{quote_name(plan.table)}"
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    if plan.chunk_key:
+        sql += " ORDER BY " + ", ".join(quote_name(k) for k in plan.chunk_key)
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    if offset:
+        sql += f" OFFSET {int(offset)}"
+    return sql
 
 
 def parse_rows(plan: TablePlan, result: Any) -> list[dict[str, Any]]:

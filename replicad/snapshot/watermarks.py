@@ -16,7 +16,7 @@ from replicad.errors import ServerError
 from replicad.protocol.transport import AsyncConnection
 from replicad.snapshot.columns import quote_name
 from replicad.snapshot.incremental import SnapshotRequest, SnapshotRequestError, Window
-from replicad.snapshot.reader import TablePlan, parse_rows, plan_tables, range_after, row_key
+from replicad.snapshot.reader import TablePlan, chunk_sql, parse_rows, plan_tables, row_key
 from replicad.source.stream import ServerInfo
 
 log = structlog.get_logger("replicad.snapshot")
@@ -119,18 +119,7 @@ class ChunkReader:
     async def _chunk(
         self, plan: TablePlan, after: list[str] | None, where: str | None, limit: int | None
     ) -> tuple[list[dict], list[str] | None]:
-        conditions = []
-        if where:
-            conditions.append(f"({where})")
-        if after is not None and plan.chunk_key:
-            conditions.append(range_after(plan.chunk_key, after))
-        sql = f"SELECT {plan.select} FROM {quote_name(plan.db)}.{quote_name(plan.table)}"
-        if conditions:
-            sql += " WHERE " + " AND ".join(conditions)
-        if plan.chunk_key:
-            sql += " ORDER BY " + ", ".join(quote_name(k) for k in plan.chunk_key)
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
+        sql = chunk_sql(plan, after=after, where=where, limit=limit)
         try:
             result = await self.conn.query(sql)
         except ServerError as exc:
