@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -166,12 +167,20 @@ class Workload:
 class BackgroundWriter(threading.Thread):
     """Keeps writing transactions until stopped (for outages and failovers)."""
 
-    def __init__(self, db: str, seed: int, pause_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        db: str,
+        seed: int,
+        pause_s: float = 0.01,
+        workload: Callable[[pymysql.connections.Connection, int], Any] = Workload,
+    ) -> None:
+        """`workload(conn, seed)`: anything with `transaction()` and a `statements` count
+        (default: the shop tables' Workload)."""
         super().__init__(daemon=True)
         self.conn = connect_root(database=db)
         with self.conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
-        self.workload = Workload(self.conn, seed)
+        self.workload = workload(self.conn, seed)
         self.pause_s = pause_s
         self.halt = threading.Event()
         self.error: BaseException | None = None

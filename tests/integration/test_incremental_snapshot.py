@@ -12,8 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -23,8 +21,7 @@ import pytest
 from tests.helpers.daemon_process import PASSWORD_ENV, ROOT, wait_for
 from tests.helpers.ha import HaReplicad
 from tests.helpers.kafka_helpers import consume_all
-from tests.helpers.kafka_run import KafkaReplicad, master_gtid, wait_caught_up
-from tests.helpers.mariadb import connect_root
+from tests.helpers.kafka_run import BackgroundWriter, KafkaReplicad, master_gtid, wait_caught_up
 
 pytestmark = pytest.mark.integration
 
@@ -56,41 +53,39 @@ def _cli(replicad: KafkaReplicad, *args: str) -> subprocess.CompletedProcess[byt
     )
 
 
-class Writer(threading.Thread):
-    """Random updates, deletes and inserts on `big` until stopped."""
+class BigTableWorkload:
+    """One random update, delete or insert on `big` per transaction (autocommit)."""
 
-    def __init__(self, db: str) -> None:
-        super().__init__(daemon=True)
-        self.conn = connect_root(database=db)
-        self.halt = threading.Event()
-        self.error: BaseException | None = None
+    def __init__(self, conn, seed: int) -> None:
+        self.conn = conn
+        self.rng = random.Random(seed)
         self.statements = 0
 
-    def run(self) -> None:
-        rng = random.Random(7)
-        try:
-            with self.conn.cursor() as cur:
-                while not self.halt.is_set():
-                    key = rng.randrange(1, ROWS + 2000)
-                    pick = rng.random()
-                    if pick < 0.6:
-                        cur.execute("UPDATE big SET v = v + 1, note = %s WHERE id = %s",
-                                    (f"u{rng.random()}", key))  # fmt: skip
-                    elif pick < 0.8:
-                        cur.execute("DELETE FROM big WHERE id = %s", (key,))
-                    else:
-                        cur.execute("REPLACE INTO big VALUES (%s, %s, %s)", (key, -1, "new"))
-                    self.statements += 1
-                    time.sleep(0.001)
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
+    def transaction(self) -> None:
+        rng = self.rng
+        key = rng.randrange(1, ROWS + 2000)
+        pick = rng.random()
+        with self.conn.cursor() as cur:
+            if pick < 0.6:
+                cur.execute("UPDATE big SET v = v + 1, note = %s WHERE id = %s",
+                            (f"u{rng.random()}", key))  # fmt: skip
+            elif pick < 0.8:
+                cur.execute("DELETE FROM big WHERE id = %s", (key,))
+            else:
+                cur.execute("REPLACE INTO big VALUES (%s, %s, %s)", (key, -1, "new"))
+        self.conn.commit()
+        self.statements += 1
 
-    def stop(self) -> int:
-        self.halt.set()
-        self.join(30)
-        self.conn.close()
-        assert self.error is None, self.error
-        return self.statements
+
+def _writer(db: str) -> BackgroundWriter:
+    return BackgroundWriter(db, seed=7, pause_s=0.001, workload=BigTableWorkload)
+
+
+def _big_table(cur, db: str) -> None:
+    """`big` with ROWS rows, and the signal table."""
+    cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+    cur.execute(f"INSERT INTO big SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}")
+    _create_signal(cur, db)
 
 
 def _fold(records) -> dict[int, dict]:
@@ -121,15 +116,13 @@ def test_incremental_snapshot_under_writes_resumes_at_the_next_chunk_after_a_kil
 ) -> None:
     conn, name = db
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
-        cur.execute(f"INSERT INTO big SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}")
-        _create_signal(cur, name)
+        _big_table(cur, name)
     prefix = f"i{uuid.uuid4().hex[:8]}"
     replicad = KafkaReplicad(
         tmp_path, server_id=7171, prefix=prefix, kafka=kafka, extra_yaml=_signal_yaml(name)
     )
     replicad.start()
-    writer = Writer(name)
+    writer = _writer(name)
     writer.start()
     requested = _cli(replicad, "request", f"{name}.big", "--chunk-rows", str(CHUNK))
     assert requested.returncode == 0, requested.stderr.decode()
@@ -226,9 +219,7 @@ def test_a_new_leader_resumes_an_incremental_snapshot_at_the_next_chunk(
     takes over and continues after the last chunk stored with the position."""
     conn, name = db
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
-        cur.execute(f"INSERT INTO big SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}")
-        _create_signal(cur, name)
+        _big_table(cur, name)
     pipeline = f"iz{uuid.uuid4().hex[:6]}"
     prefix = f"z{uuid.uuid4().hex[:8]}"
     zk_port = int(zookeeper.rsplit(":", 1)[1])
@@ -246,7 +237,7 @@ def test_a_new_leader_resumes_an_incremental_snapshot_at_the_next_chunk(
     wait_for(lambda: bool(leading()), 60, "a leader")
     leader = leading()[0]
     standby = next(w for w in workers if w is not leader)
-    writer = Writer(name)
+    writer = _writer(name)
     writer.start()
     requested = _cli(standby, "request", f"{name}.big", "--chunk-rows", str(CHUNK))
     assert requested.returncode == 0, requested.stderr.decode()
