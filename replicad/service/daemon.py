@@ -53,7 +53,7 @@ from replicad.snapshot.incremental import (
     SnapshotRequest,
     SnapshotRequestError,
 )
-from replicad.snapshot.reader import TablePlan, TableProgress
+from replicad.snapshot.reader import ReadView, TablePlan, TableProgress
 from replicad.snapshot.watermarks import ChunkReader
 from replicad.source.schema import (
     SchemaHistory,
@@ -139,7 +139,7 @@ class Pipeline:
         self._status_at = 0.0
         # snapshot.mode: the open read view (connection, its position, server, tables) until
         # the snapshot is published, and the progress `replicad status` shows.
-        self._snapshot: tuple[AsyncConnection, Position, ServerInfo, list[TablePlan]] | None = None
+        self._snapshot: ReadView | None = None
         self.snapshot_progress: list[TableProgress] = []
         # Incremental snapshots (snapshot/incremental.py): their state, its JSON as the marks
         # carry it (None: nothing requested), the operator requests they come from.
@@ -253,21 +253,39 @@ class Pipeline:
                 position = await self._queue_initial_snapshots(conn, info)
                 await conn.close()  # the chunks read on a connection of their own
                 return position
+            resumable = await self._signal_usable(conn, info)
             position = await snapshot_reader.begin(conn, info)
             self.history = await snapshot(conn, position)
             plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
         except BaseException:
             await conn.close()
             raise
-        self._snapshot = (conn, position, info, plans)
+        self._snapshot = ReadView(conn, position, info, plans, resumable)
         self.snapshot_progress = [TableProgress(plan.name) for plan in plans]
         log.info(
             "snapshot_started",
             position=str(position),
             tables=[plan.name for plan in plans],
             chunk_rows=self.config.snapshot.chunk_rows,
+            resumable=resumable,
         )
         return position
+
+    async def _signal_usable(self, conn: AsyncConnection, info: ServerInfo) -> bool:
+        """Whether an interrupted consistent snapshot can resume: the rest is then read with
+        watermarks, which need the signal table (checked before the read view opens: the
+        check's rollback would end it)."""
+        reader = ChunkReader(conn, info, self.config.snapshot.signal, self.config.pipeline)
+        try:
+            await reader.check_signal()
+        except SnapshotRequestError as exc:
+            log.warning(
+                "snapshot_not_resumable",
+                reason=str(exc),
+                note="an interrupted initial snapshot starts again from the beginning",
+            )
+            return False
+        return True
 
     async def _queue_initial_snapshots(self, conn: AsyncConnection, info: ServerInfo) -> Position:
         """The initial snapshot as incremental snapshots: start streaming at the primary's
@@ -300,27 +318,30 @@ class Pipeline:
 
     async def _read_snapshot(self, checkpointer: Checkpointer) -> bool:
         """Publish every row of the snapshot's tables as op "r", then mark its position, so
-        the position is stored once every read is acknowledged. False: stopped before the
-        end (nothing is stored; the next start takes a new snapshot)."""
-        assert self._snapshot is not None
-        conn, position, info, plans = self._snapshot
+        the position is stored once every read is acknowledged. A resumable snapshot also
+        marks the position after every chunk (and table) with the rest of it as incremental
+        snapshots: a restart streams from the snapshot's position and reads the rest with
+        watermarks. False: stopped before the end."""
+        view = self._snapshot
+        assert view is not None
+        position = view.position
         chunk_rows = self.config.snapshot.chunk_rows
         ts_ms = int(time.time() * 1000)
         started = time.monotonic()
         try:
-            for plan, progress in zip(plans, self.snapshot_progress, strict=True):
+            for index, (plan, progress) in enumerate(
+                zip(view.plans, self.snapshot_progress, strict=True)
+            ):
                 progress.started = time.monotonic()
                 log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
-                held: RowChange | None = None  # the last row read: "last" if no more follow
-                async for rows in snapshot_reader.read_chunks(conn, plan, chunk_rows):
+                # The last row read is held back: "last" if no more follow.
+                held: RowChange | None = None
+                rest = [p.name for p in view.plans[index:]]
+                async for rows in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
                     changes = snapshot_reader.reads(
-                        plan,
-                        rows,
-                        (position.file, position.pos),
-                        info.server_id,
-                        ts_ms,
-                        progress.rows,
-                    )
+                        plan, rows, (position.file, position.pos), view.info.server_id,
+                        ts_ms, progress.rows,
+                    )  # fmt: skip
                     progress.rows += len(rows)
                     progress.chunks += 1
                     async with self._gate:
@@ -328,14 +349,30 @@ class Pipeline:
                             await self._publish_read(held)
                         for change in changes[:-1]:
                             await self._publish_read(change)
+                        published = changes[-2].after if len(changes) > 1 else (
+                            None if held is None else held.after
+                        )  # fmt: skip
+                        if view.resumable and plan.chunk_key and published is not None:
+                            resume = IncrementalSnapshots.resuming(
+                                rest, chunk_rows, snapshot_reader.row_key(plan, published),
+                                progress.chunks, progress.rows - 1,
+                            )  # fmt: skip
+                            checkpointer.mark(position.with_snapshot(resume.progress()), True)
+                            await self._after_mark(checkpointer)
                     held = changes[-1]
                     if self._stop_requested:
                         log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
                         return False
                 if held is not None:
                     held.snapshot = "last"
-                    async with self._gate:
+                async with self._gate:
+                    if held is not None:
                         await self._publish_read(held)
+                    rest = rest[1:]
+                    if view.resumable and rest:
+                        resume = IncrementalSnapshots.resuming(rest, chunk_rows)
+                        checkpointer.mark(position.with_snapshot(resume.progress()), True)
+                        await self._after_mark(checkpointer)
                 progress.done = True
                 log.info(
                     "snapshot_table_done",
@@ -347,8 +384,8 @@ class Pipeline:
         finally:
             self._snapshot = None
             with contextlib.suppress(ReplicadError):  # e.g. cancelled inside a query
-                await snapshot_reader.end(conn)
-            await conn.close()
+                await snapshot_reader.end(view.conn)
+            await view.conn.close()
         async with self._gate:
             checkpointer.mark(position, True)
             await self._after_mark(checkpointer)

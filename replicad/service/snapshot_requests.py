@@ -104,7 +104,8 @@ def render_snapshot_status(status: dict[str, Any]) -> str:
         request = active["request"]
         lines.append(
             f"  active    {request['id']} {request['table']}: {active['rows']} rows in "
-            f"{active['chunks']} chunks, next after {active['after'] or 'the start'}"
+            f"{active['chunks']} chunks ({active.get('rows_per_s', 0):g} rows/s), next after "
+            f"{active['after'] or 'the start'}"
         )
     for request in incremental.get("queued") or []:
         lines.append(f"  queued    {request['id']} {request['table']}")

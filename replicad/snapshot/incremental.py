@@ -90,10 +90,24 @@ class Active:
     after: list[str] | None = None  # key literals of the last row read (None: from the start)
     chunks: int = 0
     rows: int = 0  # reads emitted
+    # Not stored: when this process took the request over, and its rows then (for the rate).
+    since: float = -1.0
+    rows_then: int = -1
+
+    def __post_init__(self) -> None:
+        if self.since < 0:
+            self.since = time.monotonic()
+        if self.rows_then < 0:
+            self.rows_then = self.rows
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request.to_json(), "after": self.after, "chunks": self.chunks,
                 "rows": self.rows}  # fmt: skip
+
+    def rate(self) -> float:
+        """Reads per second emitted by this process since it took the request over."""
+        elapsed = time.monotonic() - self.since
+        return round((self.rows - self.rows_then) / elapsed, 1) if elapsed > 0 else 0.0
 
 
 @dataclass(slots=True)
@@ -151,6 +165,25 @@ class IncrementalSnapshots:
                     int(active.get("rows", 0)),
                 )
             self.finished = [Finished(**f) for f in data.get("finished", [])]
+
+    @classmethod
+    def resuming(
+        cls,
+        tables: Sequence[str],
+        chunk_rows: int,
+        after: list[str] | None = None,
+        chunks: int = 0,
+        rows: int = 0,
+    ) -> IncrementalSnapshots:
+        """The rest of an initial consistent snapshot as incremental snapshots: `tables` are
+        those not finished, the first of them read up to the key literals `after` (None: not
+        started). A restart resumes there with watermarked chunks (the read view is gone)."""
+        state = cls()
+        requests = [SnapshotRequest(f"initial-{t}", t, None, chunk_rows) for t in tables]
+        if requests and after is not None:
+            state.active = Active(requests.pop(0), after, chunks, rows)
+        state.queue = requests
+        return state
 
     # ------------------------------------------------------------------ queue
 
@@ -214,8 +247,11 @@ class IncrementalSnapshots:
         ).decode()
 
     def status(self) -> dict[str, Any]:
+        active = None
+        if self.active is not None:
+            active = {**self.active.to_json(), "rows_per_s": self.active.rate()}
         return {
-            "active": None if self.active is None else self.active.to_json(),
+            "active": active,
             "queued": [r.to_json() for r in self.queue],
             "finished": [f.to_json() for f in self.finished],
         }

@@ -91,6 +91,19 @@ class TablePlan:
 
 
 @dataclass(slots=True)
+class ReadView:
+    """An open initial snapshot: its connection inside the consistent read view, the binlog
+    position of the view, the tables to read, and whether an interruption can resume (the
+    signal table is usable, so the rest can be read with watermarks after a restart)."""
+
+    conn: AsyncConnection
+    position: Position
+    info: ServerInfo
+    plans: list[TablePlan]
+    resumable: bool
+
+
+@dataclass(slots=True)
 class TableProgress:
     table: str
     rows: int = 0

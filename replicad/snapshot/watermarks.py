@@ -74,6 +74,12 @@ class ChunkReader:
                     table=request.table,
                     where=request.where,
                 ) from None
+        await self.check_signal(request.table)
+        return plan
+
+    async def check_signal(self, table: str | None = None) -> None:
+        """The signal table exists and the source user may write it: tried inside a
+        transaction that is rolled back, so nothing reaches the binlog."""
         try:
             await self.conn.execute("START TRANSACTION")
             await self._write("check", "check")
@@ -89,14 +95,13 @@ class ChunkReader:
             )
             raise SnapshotRequestError(
                 f"cannot write the signal table {name}: {exc.message}; {fix}",
-                table=request.table,
+                table=table,
             ) from None
         finally:
             try:
                 await self.conn.execute("ROLLBACK")
             except ServerError:
                 pass
-        return plan
 
     async def read_window(self, plan: TablePlan, window: Window, after: list[str] | None,
                           where: str | None, chunk_rows: int | None) -> None:  # fmt: skip

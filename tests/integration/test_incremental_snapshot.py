@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -267,3 +268,75 @@ def test_a_new_leader_resumes_an_incremental_snapshot_at_the_next_chunk(
     assert resumed and resumed[0]["after"] == stored["after"]
     records = consume_all(kafka, [f"{prefix}.{name}.big"], idle_s=5.0, timeout_s=300)
     assert _fold(records) == _selected(conn, name)
+
+
+def test_an_interrupted_initial_snapshot_resumes_after_its_last_stored_key(
+    db, kafka, tmp_path
+) -> None:
+    """snapshot.mode initial, consistent method, with the signal table there: the snapshot's
+    progress is stored with its position chunk by chunk; stopped mid-table, the next start
+    streams from the snapshot's position and reads the rest with watermarks, beginning after
+    the stored key (not a new snapshot from zero); the topics fold to the tables.
+
+    The stop is a SIGTERM: a SIGKILL leaves whatever the last checkpoint stored, and whether
+    that holds progress depends on when the broker acknowledges (tansu often acknowledges
+    the whole snapshot at its end). The restart reads only the stored position either way;
+    the SIGKILL case of the same resume is test_..._resumes_at_the_next_chunk_after_a_kill."""
+    conn, name = db
+    rows, chunk = 200_000, 4000
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute(f"INSERT INTO big SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{rows}")
+        cur.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute("INSERT INTO other SELECT seq, seq, 'o' FROM seq_1_to_3000")
+        _create_signal(cur, name)
+    writer = _writer(name)
+    writer.start()
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    replicad = KafkaReplicad(
+        tmp_path, server_id=7174, prefix=prefix, kafka=kafka,
+        extra_yaml=(
+            f"snapshot: {{mode: initial, chunk_rows: {chunk}, initial_method: consistent, "
+            f"signal: {{database: {name}, table: replicad_signal}}}}\n"
+            f"filters: {{include: ['{name}\\..*']}}\n"
+        ),
+    )  # fmt: skip
+    replicad.spawn()  # (start() waits for the stream: after the snapshot)
+
+    def stored() -> dict:
+        return json.loads((replicad.position() or {}).get("snapshot") or "{}").get("active") or {}
+
+    wait_for(lambda: replicad.count("snapshot_table_started") >= 1, 60, "the snapshot to start")
+    time.sleep(1.0)  # about a fifth of the table (45k rows/s here): chunks read, not all
+    replicad.proc.send_signal(signal.SIGTERM)
+    assert replicad.proc.wait(60) == 0
+    assert replicad.count("snapshot_done") == 0, "read whole before the stop: use more rows"
+    at_kill = stored()
+    assert at_kill["request"]["table"] == f"{name}.big" and at_kill["after"] is not None
+    replicad.start()
+    wait_for(lambda: replicad.count("snapshot_request_done") == 2, 240, "both tables read")
+    assert writer.stop() > 0
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+    assert replicad.count("snapshot_started") == 1  # resumed, not a new snapshot
+    resumed = _chunk_reads(replicad)
+    assert resumed[0]["table"] == f"{name}.big" and resumed[0]["after"] == at_kill["after"]
+    assert (
+        len([r for r in resumed if r["table"] == f"{name}.big"])
+        <= (rows - int(at_kill["after"][0])) // chunk + 3
+    )
+    big = consume_all(kafka, [f"{prefix}.{name}.big"], idle_s=5.0, timeout_s=300)
+    assert _fold(big) == _selected(conn, name)
+    other = consume_all(kafka, [f"{prefix}.{name}.other"], idle_s=5.0, timeout_s=120)
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, v, note FROM `{name}`.other")
+        assert _fold(other) == {i: {"id": i, "v": v, "note": n} for i, v, n in cur.fetchall()}
+    # Reads from the read view name the snapshot's position; those after the restart, their
+    # window's high watermark. The resumed reads end each table with one "last".
+    started = next(e for e in replicad.log_events() if e.get("event") == "snapshot_started")
+    at = started["position"].split()[0]
+    for records in (big, other):
+        sources = [orjson.loads(r.value)["source"] for r in records
+                   if r.value is not None and orjson.loads(r.value)["op"] == "r"]  # fmt: skip
+        resumed = [s["snapshot"] for s in sources if f"{s['file']}:{s['pos']}" != at]
+        assert resumed.count("last") == 1

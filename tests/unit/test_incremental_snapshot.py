@@ -120,3 +120,38 @@ def test_requests_name_a_table_as_db_dot_table() -> None:
         new_request("a.b", None, 0)
     with pytest.raises(SnapshotRequestError):
         SnapshotRequest.from_json({"table": "a.b"})  # no id
+
+
+def test_an_interrupted_initial_snapshot_resumes_as_incremental_snapshots() -> None:
+    """The marks of a consistent initial snapshot carry the rest of it: the table being read
+    continues after its last published key, with its row numbering; the unread tables follow
+    from their start; nothing already finished is read again."""
+    state = IncrementalSnapshots.resuming(["d.b", "d.c"], 500, ["41"], chunks=3, rows=41)
+    resumed = IncrementalSnapshots(state.progress())
+    request = resumed.next_table()
+    assert request is not None and request.table == "d.b" and request.chunk_rows == 500
+    assert resumed.active is not None
+    assert (resumed.active.after, resumed.active.rows, resumed.active.chunks) == (["41"], 41, 3)
+    assert [r.table for r in resumed.queue] == ["d.c"]
+    # At a table boundary: the remaining tables from their start, none active.
+    between = IncrementalSnapshots(IncrementalSnapshots.resuming(["d.c"], 500).progress())
+    assert between.active is None and [r.table for r in between.queue] == ["d.c"]
+    first = between.next_table()
+    assert first is not None and between.active is not None and between.active.after is None
+    assert IncrementalSnapshots.resuming([], 500).progress() is None
+
+
+def test_status_shows_the_rate_of_the_active_request(monkeypatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("replicad.snapshot.incremental.time.monotonic", lambda: clock[0])
+    snapshots = IncrementalSnapshots(
+        IncrementalSnapshots.resuming(["d.t"], 3, ["9"], chunks=3, rows=9).progress()
+    )
+    snapshots.next_table()
+    window = snapshots.open_window(["id"])
+    snapshots.watermark("low", window.id)
+    window.rows, window.after, window.full = rows(10, 11, 12), ["12"], True
+    clock[0] = 102.0
+    assert snapshots.watermark("high", window.id) == rows(10, 11, 12)
+    active = snapshots.status()["active"]
+    assert active["rows"] == 12 and active["rows_per_s"] == 1.5  # 3 rows in 2 s, not 12
