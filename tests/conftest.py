@@ -44,6 +44,20 @@ def kafka() -> str:
 
 
 @pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One SparkSession (local[2]) for the whole test session: starting one costs ~10 s."""
+    from replicad.spark.session import build_session
+
+    session = build_session(
+        "local[2]", "replicad-tests", local_dir=str(tmp_path_factory.mktemp("spark-local"))
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
 def zookeeper() -> str:
     """Make sure the standalone ZooKeeper is up; its connect string."""
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "zookeeper"], check=True)

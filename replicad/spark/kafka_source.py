@@ -1,0 +1,372 @@
+"""`replicad-kafka`: a table's change topic as a typed change DataFrame, batch and streaming,
+through Spark's Python data source API over confluent-kafka (docs/spark.md).
+
+Spark's own Kafka source needs the spark-sql-kafka jars; this one needs nothing beyond
+`pip install replicad[spark]`. The row struct of `before` and `after` is built from the
+schema topic when the query starts (replicad/spark/types.py); a message naming a schema version
+the struct was not built from (an ALTER after the start) stops the read with an error that says
+so: start the query again and the struct includes it.
+
+Options (the Kafka ones named as Spark's Kafka source names them):
+- `kafka.bootstrap.servers` (required), other `kafka.*` options go to the consumer;
+- `table` (required): `db.table`;
+- `prefix`: the pipeline's `sinks.kafka.prefix`, for the default topic names;
+- `topic` (default `{prefix}.{db}.{table}`), `schemaTopic` (default `{prefix}.schema`);
+- `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`.
+Offsets of a streaming query are kept in Spark's checkpoint, not in Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from replicad.consumers.typed import SchemaUnknownError, TypedSchema
+from replicad.errors import ReplicadError
+from replicad.spark.types import change_row, change_schema, row_converter, row_struct
+
+POLL_S = 1.0
+IDLE_POLLS = 30  # a partition that yields nothing for this many polls while short of its end
+
+
+class SparkSourceError(ReplicadError):
+    """A change topic that cannot be read as asked: a missing option, an unknown table or
+    topic, a message of an unknown schema version, a broker that does not answer."""
+
+
+@dataclass(frozen=True)
+class TopicRange(InputPartition):
+    topic: str
+    partition: int
+    start: int  # first offset to read
+    end: int  # offset after the last one to read
+
+
+@dataclass(frozen=True)
+class Settings:
+    consumer: dict[str, str]
+    db: str
+    table: str
+    topic: str
+    schema_topic: str
+    starting: str
+    max_per_trigger: int | None
+
+    @classmethod
+    def of(cls, options: dict[str, str]) -> Settings:
+        bootstrap = options.get("kafka.bootstrap.servers")
+        table = options.get("table")
+        if not bootstrap or not table or "." not in table:
+            raise SparkSourceError(
+                "replicad-kafka needs the options kafka.bootstrap.servers and table (db.table)",
+                options=sorted(options),
+            )
+        db, _, name = table.partition(".")
+        prefix = options.get("prefix")
+        topic = options.get("topic") or (prefix and f"{prefix}.{db}.{name}")
+        schema_topic = options.get("schemaTopic") or (prefix and f"{prefix}.schema")
+        if not topic or not schema_topic:
+            raise SparkSourceError("replicad-kafka needs prefix, or topic and schemaTopic")
+        starting = options.get("startingOffsets", "earliest")
+        if starting not in ("earliest", "latest"):
+            raise SparkSourceError("startingOffsets is earliest or latest", value=starting)
+        limit = options.get("maxOffsetsPerTrigger")
+        consumer = {
+            key.removeprefix("kafka."): value
+            for key, value in options.items()
+            if key.startswith("kafka.")
+        }
+        consumer.setdefault("isolation.level", "read_committed")
+        return cls(consumer, db, name, topic, schema_topic, starting, int(limit) if limit else None)
+
+    def open(self) -> Consumer:
+        return Consumer(
+            {
+                **self.consumer,
+                "group.id": "replicad-spark",  # never committed: offsets live in Spark
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            }
+        )
+
+
+def _messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
+    """The messages of one range, in offset order (transaction markers and aborted records
+    leave gaps: the range ends at the consumer's position, not at a message)."""
+    if part.start >= part.end:
+        return
+    consumer = settings.open()
+    try:
+        tp = TopicPartition(part.topic, part.partition, part.start)
+        consumer.assign([tp])
+        idle = 0
+        while True:
+            message = consumer.poll(POLL_S)
+            error = None if message is None else message.error()
+            if message is None or (error is not None and error.code() == KafkaError._PARTITION_EOF):
+                position = consumer.position([tp])[0].offset
+                if position >= part.end:
+                    return
+                idle += 1
+                if idle > IDLE_POLLS:
+                    raise SparkSourceError(
+                        "the broker stopped serving the range", topic=part.topic,
+                        partition=part.partition, position=position, end=part.end,
+                    )  # fmt: skip
+                continue
+            if error is not None:
+                raise SparkSourceError(
+                    f"reading the change topic failed: {error}",
+                    topic=part.topic, partition=part.partition,
+                )  # fmt: skip
+            idle = 0
+            if _offset(message) >= part.end:
+                return
+            yield message
+            if _offset(message) + 1 >= part.end:
+                return
+    finally:
+        consumer.close()
+
+
+def _offset(message: Message) -> int:
+    offset = message.offset()
+    assert offset is not None  # a fetched message, or a partition-EOF event, has one
+    return offset
+
+
+def _offsets(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    """The first offset and the end of a partition. The end the broker reports is checked
+    by reading from it to the partition's end: a broker may report it short (the test
+    broker, tansu, does after multi-record batches); with a correct one nothing is read."""
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+    tp = TopicPartition(topic, partition, max(low, high))
+    consumer.assign([tp])
+    end = max(low, high)
+    idle = 0
+    while idle < IDLE_POLLS:
+        message = consumer.poll(POLL_S)
+        if message is None:
+            idle += 1
+            continue
+        idle = 0
+        error = message.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            end = max(end, _offset(message))
+            break
+        if error is not None:
+            raise SparkSourceError(f"reading the change topic failed: {error}", topic=topic,
+                                   partition=partition)  # fmt: skip
+        end = max(end, _offset(message) + 1)
+    else:
+        raise SparkSourceError("the partition's end was not found", topic=topic,
+                               partition=partition)  # fmt: skip
+    consumer.unassign()
+    return low, end
+
+
+def read_schema_topic(settings: Settings) -> list[TypedSchema]:
+    """Every version of the table in the schema topic, oldest first: ordered by the binlog
+    coordinates of the first change that named each (a restart writes a record again, and
+    compaction keeps only the last copy, so the topic's own order is not the schema's)."""
+    consumer = settings.open()
+    try:
+        metadata = consumer.list_topics(settings.schema_topic, timeout=30)
+        topic = metadata.topics.get(settings.schema_topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise SparkSourceError("no such schema topic", topic=settings.schema_topic)
+        low, high = _offsets(consumer, settings.schema_topic, 0)
+    finally:
+        consumer.close()
+    records: dict[str, dict[str, Any]] = {}
+    for message in _messages(settings, TopicRange(settings.schema_topic, 0, low, high)):
+        if message.value() is None:
+            continue
+        record = orjson.loads(message.value())
+        if record.get("type") == "table" and (record.get("db"), record.get("table")) == (
+            settings.db,
+            settings.table,
+        ):
+            known = records.get(record["version"])
+            if known is None or _first_named(record) < _first_named(known):
+                records[record["version"]] = record
+    return [TypedSchema.from_record(r) for r in sorted(records.values(), key=_first_named)]
+
+
+def _first_named(record: dict[str, Any]) -> tuple[str, int, int]:
+    source = record.get("source") or {}
+    return (str(source.get("file") or ""), int(source.get("pos") or 0),
+            int(source.get("row") or 0))  # fmt: skip
+
+
+def topic_ranges(settings: Settings, start: dict[str, int] | None) -> list[TopicRange]:
+    """Every partition of the change topic from `start` (None: the starting offsets) to its
+    high watermark."""
+    consumer = settings.open()
+    try:
+        metadata = consumer.list_topics(settings.topic, timeout=30)
+        topic = metadata.topics.get(settings.topic)
+        if topic is None or topic.error is not None:
+            raise SparkSourceError("no such change topic", topic=settings.topic)
+        ranges = []
+        for partition in sorted(topic.partitions):
+            low, high = _offsets(consumer, settings.topic, partition)
+            if start is not None and str(partition) in start:
+                first = start[str(partition)]
+            else:
+                first = high if settings.starting == "latest" and start is None else low
+            ranges.append(TopicRange(settings.topic, partition, first, high))
+        return ranges
+    finally:
+        consumer.close()
+
+
+class _Rows:
+    """Turns one range's messages into change rows, typed by the struct built at the start."""
+
+    def __init__(self, settings: Settings, versions: list[TypedSchema], struct: StructType):
+        self.settings = settings
+        self.known = {v.version for v in versions}
+        self.struct = struct
+
+    def read(self, part: TopicRange) -> Iterator[tuple]:
+        convert = row_converter(self.struct)
+        for message in _messages(self.settings, part):
+            value = message.value()
+            if value is None:
+                continue  # a tombstone: the delete before it is the change
+            envelope = orjson.loads(value)
+            version = envelope["source"].get("schema_version")
+            if envelope["op"] != "t" and version not in self.known:
+                raise SchemaUnknownError(
+                    "a change names a schema version this query was not started with (a "
+                    "DDL after the start, or a schema topic read short): start it again",
+                    topic=part.topic,
+                    partition=part.partition,
+                    offset=_offset(message),
+                    version=version,
+                )
+            key = message.key()
+            yield change_row(
+                envelope,
+                None if key is None else key.decode(),
+                convert,
+                part.topic,
+                part.partition,
+                _offset(message),
+            )
+
+
+class ReplicadKafkaSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "replicad-kafka"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.settings = Settings.of(dict(options))
+        self.versions = read_schema_topic(self.settings)
+        if not self.versions:
+            raise SparkSourceError(
+                "the schema topic holds no version of the table (no change of it published "
+                "yet, or another prefix)",
+                table=f"{self.settings.db}.{self.settings.table}",
+                topic=self.settings.schema_topic,
+            )
+
+    def schema(self) -> StructType:
+        return change_schema(row_struct(self.versions))
+
+    @property
+    def latest(self) -> TypedSchema:
+        """The table as its newest version has it: the lake table's columns and key."""
+        return self.versions[-1]
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(self.settings, self.versions, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(self.settings, self.versions, schema)
+
+
+def _row_struct(schema: StructType) -> StructType:
+    after = schema["after"].dataType
+    assert isinstance(after, StructType)
+    return after
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, settings: Settings, versions: list[TypedSchema], schema: StructType):
+        self.rows = _Rows(settings, versions, _row_struct(schema))
+        self.settings = settings
+
+    def partitions(self) -> list[TopicRange]:
+        return [r for r in topic_ranges(self.settings, None) if r.end > r.start] or [
+            TopicRange(self.settings.topic, 0, 0, 0)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, TopicRange)
+        return self.rows.read(partition)
+
+
+class _StreamReader(DataSourceStreamReader):
+    def __init__(self, settings: Settings, versions: list[TypedSchema], schema: StructType):
+        self.rows = _Rows(settings, versions, _row_struct(schema))
+        self.settings = settings
+
+    def initialOffset(self) -> dict:
+        return {str(r.partition): r.start for r in topic_ranges(self.settings, None)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.settings.max_per_trigger:
+            return ReadMaxRows(self.settings.max_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        ranges = topic_ranges(self.settings, start)
+        ends = {str(r.partition): r.end for r in ranges}
+        if isinstance(limit, ReadMaxRows):
+            # Share the budget over the partitions in turn, so none starves.
+            budget = limit.max_rows
+            firsts = {str(r.partition): r.start for r in ranges}
+            capped = dict(firsts)
+            while budget > 0:
+                moved = False
+                for partition, end in ends.items():
+                    if budget and capped[partition] < end:
+                        step = max(1, min(end - capped[partition], budget // len(ends)))
+                        capped[partition] += step
+                        budget -= step
+                        moved = True
+                if not moved:
+                    break
+            ends = capped
+        return ends
+
+    def partitions(self, start: dict, end: dict) -> list[TopicRange]:
+        return [
+            TopicRange(self.settings.topic, int(p), int(start.get(p, 0)), int(last))
+            for p, last in sorted(end.items(), key=lambda item: int(item[0]))
+            if int(last) > int(start.get(p, 0))
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, TopicRange)
+        return self.rows.read(partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # the offsets are in Spark's checkpoint

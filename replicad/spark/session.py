@@ -1,0 +1,44 @@
+"""One place for the SparkSession replicad's jobs and tests use: local mode by default, UTC,
+no UI, the venv's interpreter on the workers, and replicad's data sources registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def build_session(
+    master: str | None = "local[*]",
+    app: str = "replicad",
+    local_dir: str | None = None,
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """`master` None: whatever `spark-submit` set. The workers run this interpreter unless
+    PYSPARK_PYTHON says otherwise (else they start the system python, which lacks replicad)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app)
+    if master is not None:
+        builder = builder.master(master)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "4",
+        **({"spark.local.dir": local_dir} if local_dir else {}),
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.read.format("replicad-kafka")` known to this session."""
+    from replicad.spark.kafka_source import ReplicadKafkaSource
+
+    spark.dataSource.register(ReplicadKafkaSource)

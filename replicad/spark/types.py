@@ -1,0 +1,229 @@
+"""Spark types for replicad's change messages, from the schema topic alone (docs/spark.md).
+
+A table's row struct is the union of every version of the table the schema topic holds, in the
+order the columns first appear: a column added by an ALTER is a new nullable field (null in
+rows written before it), a dropped one stays (null after), a column whose type changed takes
+its newest type, and an older value that does not fit that type is null. Every field is
+nullable: a row image may lack a column (before an ALTER, or excluded by the filters).
+
+Values are those of the `exact` value mode (docs/consumers.md) turned into what Spark stores:
+DECIMAL(p,s) as DecimalType(p,s) (p > 38 as its digits in a string: Spark stops at 38),
+BIGINT UNSIGNED as DecimalType(20,0), DATE as DateType, DATETIME as TimestampNTZType and
+TIMESTAMP as TimestampType (UTC), both to the microsecond, TIME as a day-time interval (it
+can be negative and exceed 24 h), binary types as bytes, JSON/ENUM/SET/text as strings,
+GEOMETRY as a struct of SRID and WKB bytes. A zero or invalid date (`0000-00-00`) has no Spark
+value: it is null.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from collections.abc import Callable, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    DateType,
+    DayTimeIntervalType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from replicad.consumers.typed import TypedSchema
+
+Convert = Callable[[Any], Any]
+
+_SMALL_INTS = frozenset({"tinyint", "smallint", "mediumint", "year"})
+_BINARY = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+GEOMETRY = StructType([StructField("srid", LongType()), StructField("wkb", BinaryType())])
+MAX_SPARK_PRECISION = 38
+
+
+def column_type(column: dict[str, Any]) -> DataType:
+    """The Spark type of one schema-topic column."""
+    kind = column["type"]
+    unsigned = bool(column.get("unsigned"))
+    if kind in _SMALL_INTS:
+        return IntegerType()
+    if kind == "int":
+        return LongType() if unsigned else IntegerType()
+    if kind == "bigint":
+        return DecimalType(20, 0) if unsigned else LongType()
+    if kind == "bit":
+        return DecimalType(20, 0) if int(column.get("precision") or 64) == 64 else LongType()
+    if kind == "decimal":
+        precision, scale = int(column["precision"]), int(column.get("scale") or 0)
+        if precision > MAX_SPARK_PRECISION:
+            return StringType()
+        return DecimalType(precision, scale)
+    if kind == "float":
+        return FloatType()
+    if kind == "double":
+        return DoubleType()
+    if kind == "date":
+        return DateType()
+    if kind == "datetime":
+        return TimestampNTZType()
+    if kind == "timestamp":
+        return TimestampType()
+    if kind == "time":
+        return DayTimeIntervalType(DayTimeIntervalType.DAY, DayTimeIntervalType.SECOND)
+    if kind in _BINARY:
+        return BinaryType()
+    if kind == "geometry":
+        return GEOMETRY
+    return StringType()  # char/varchar/text, enum, set, json, vector and anything newer
+
+
+def row_struct(versions: Sequence[TypedSchema]) -> StructType:
+    """The union of a table's versions (oldest first): the struct `before` and `after` have."""
+    types: dict[str, DataType] = {}
+    for version in versions:
+        for column in version.columns:
+            types[column["name"]] = column_type(column)  # the newest type wins
+    return StructType([StructField(name, kind, nullable=True) for name, kind in types.items()])
+
+
+def _time(text: str) -> dt.timedelta:
+    negative = text.startswith("-")
+    hours, minutes, seconds = text.lstrip("-").split(":")
+    whole, _, fraction = seconds.partition(".")
+    value = dt.timedelta(
+        hours=int(hours),
+        minutes=int(minutes),
+        seconds=int(whole),
+        microseconds=int(fraction.ljust(6, "0")) if fraction else 0,
+    )
+    return -value if negative else value
+
+
+def _timestamp(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _decimal(value: Any) -> Decimal:
+    return Decimal(str(value))
+
+
+def _string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()  # a MySQL JSON value, or a number after an ALTER
+
+
+def _geometry(value: dict[str, Any]) -> tuple[int, bytes]:
+    return int(value["srid"]), base64.b64decode(value["wkb"])
+
+
+def converter(kind: DataType) -> Convert:
+    """From the `exact` JSON value to the Spark value of `kind` (raises on a value that does
+    not fit; `row_converter` turns that into null)."""
+    if isinstance(kind, IntegerType | LongType):
+        return int
+    if isinstance(kind, DecimalType):
+        return _decimal
+    if isinstance(kind, FloatType | DoubleType):
+        return float
+    if isinstance(kind, DateType):
+        return dt.date.fromisoformat
+    if isinstance(kind, TimestampNTZType):
+        return dt.datetime.fromisoformat
+    if isinstance(kind, TimestampType):
+        return _timestamp
+    if isinstance(kind, DayTimeIntervalType):
+        return _time
+    if isinstance(kind, BinaryType):
+        return base64.b64decode
+    if kind == GEOMETRY:
+        return _geometry
+    return _string
+
+
+def row_converter(struct: StructType) -> Callable[[dict[str, Any] | None], tuple | None]:
+    """A row image (dict of `exact` values) as a tuple in the struct's field order."""
+    fields = [(f.name, converter(f.dataType)) for f in struct.fields]
+
+    def convert(image: dict[str, Any] | None) -> tuple | None:
+        if image is None:
+            return None
+        out = []
+        for name, to_spark in fields:
+            value = image.get(name)
+            if value is not None:
+                try:
+                    value = to_spark(value)
+                except (ValueError, TypeError, KeyError, InvalidOperation):
+                    value = None  # a zero date, or an older value the newest type cannot hold
+            out.append(value)
+        return tuple(out)
+
+    return convert
+
+
+def change_schema(row: StructType) -> StructType:
+    """The change DataFrame (docs/spark.md): one row per change message."""
+    return StructType(
+        [
+            StructField("db", StringType()),
+            StructField("table", StringType()),
+            StructField("op", StringType()),
+            StructField("key", StringType()),
+            StructField("before", row),
+            StructField("after", row),
+            StructField("schema_version", StringType()),
+            StructField("gtid", StringType()),
+            StructField("file", StringType()),
+            StructField("pos", LongType()),
+            StructField("row", LongType()),
+            StructField("server_id", LongType()),
+            StructField("commit_ts", TimestampType()),
+            StructField("snapshot", StringType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+        ]
+    )
+
+
+def change_row(
+    envelope: dict[str, Any],
+    key: str | None,
+    convert: Callable[[dict[str, Any] | None], tuple | None],
+    topic: str | None,
+    partition: int | None,
+    offset: int | None,
+) -> tuple:
+    """One change message as a row of `change_schema` (in its field order)."""
+    source = envelope["source"]
+    ts_ms = source.get("ts_ms")
+    return (
+        source["db"],
+        source["table"],
+        envelope["op"],
+        key,
+        convert(envelope.get("before")),
+        convert(envelope.get("after")),
+        source.get("schema_version"),
+        source.get("gtid"),
+        source.get("file"),
+        source.get("pos"),
+        source.get("row"),
+        source.get("server_id"),
+        None if ts_ms is None else dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC),
+        source.get("snapshot"),
+        topic,
+        partition,
+        offset,
+    )
