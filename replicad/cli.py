@@ -195,6 +195,32 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("id", nargs="?", metavar="ID", help="the request id (snap-...)")
     snapshot.set_defaults(func=cmd_snapshot)
 
+    spark = commands.add_parser(
+        "spark",
+        help="run a Spark job over the pipeline's change topics",
+        description=(
+            "Spark jobs over the change topics of sinks.kafka, typed from the schema topic "
+            "(docs/spark.md). Local mode (spark.master, default local[*]) unless --master or "
+            "spark-submit says otherwise. Needs the spark extra: pip install replicad[spark]."
+        ),
+    )
+    spark_jobs = spark.add_subparsers(dest="job", required=True)
+    materialize = spark_jobs.add_parser(
+        "materialize",
+        help="keep one lake table per source table equal to it (Parquet)",
+        parents=[common],
+        description=(
+            "Stream every table spark.tables takes into spark.lake_path/<db>/<table>: the "
+            "current row per primary key, versions switched atomically, offsets in "
+            "spark.checkpoint_path. Stops cleanly on SIGTERM/SIGINT."
+        ),
+    )
+    materialize.add_argument("--master", help="Spark master URL (default: spark.master)")
+    materialize.add_argument(
+        "--once", action="store_true", help="apply what the topics hold now, then exit"
+    )
+    spark.set_defaults(func=cmd_spark)
+
     relay = commands.add_parser(
         "relay",
         help="look at the local relay log",
@@ -403,6 +429,23 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         return exit_code(exc)
     _emit(args, result, text)
     return EXIT_OK
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        configure_logging(config.log.format, config.log.level)
+        from replicad.spark.run import run_job
+    except ConfigError as exc:
+        print(f"replicad spark {args.job}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ImportError as exc:
+        print(
+            f"replicad spark: PySpark is not installed ({exc}); pip install 'replicad[spark]'",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    return run_job(args.job, config, master=args.master, once=args.once)
 
 
 def cmd_position(args: argparse.Namespace) -> int:

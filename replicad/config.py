@@ -380,6 +380,21 @@ class SnapshotConfig(_Strict):
     signal: SnapshotSignalConfig = SnapshotSignalConfig()
 
 
+class SparkConfig(_Strict):
+    """The Spark jobs (`replicad spark <job>`, docs/spark.md); they read the change topics of
+    `sinks.kafka`."""
+
+    master: str = "local[*]"  # `--master` overrides; under spark-submit its own is used
+    lake_path: str = "lake"  # lake tables: <lake_path>/<db>/<table>
+    checkpoint_path: str = "spark-checkpoints"  # streaming offsets: <checkpoint_path>/<job>/...
+    tables: str = ".*"  # a regex on db.table: which tables the jobs take
+    buckets: int = Field(16, ge=1, le=4096)  # key buckets per lake table (a batch rewrites
+    # only the buckets its keys fall in)
+    trigger_s: float = Field(5.0, gt=0)  # a micro-batch every so many seconds
+    max_offsets_per_trigger: int | None = Field(None, ge=1)  # records per micro-batch
+    discover_s: float = Field(30.0, gt=0)  # how often new tables are looked for
+
+
 class Config(_Strict):
     pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     source: SourceConfig = SourceConfig()
@@ -393,6 +408,7 @@ class Config(_Strict):
     log: LogConfig = LogConfig()
     relay: RelayConfig = RelayConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
+    spark: SparkConfig = SparkConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

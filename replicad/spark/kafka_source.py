@@ -103,7 +103,7 @@ class Settings:
         )
 
 
-def _messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
+def messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
     """The messages of one range, in offset order (transaction markers and aborted records
     leave gaps: the range ends at the consumer's position, not at a message)."""
     if part.start >= part.end:
@@ -148,7 +148,7 @@ def _offset(message: Message) -> int:
     return offset
 
 
-def _offsets(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+def partition_bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     """The first offset and the end of a partition. The end the broker reports is checked
     by reading from it to the partition's end: a broker may report it short (the test
     broker, tansu, does after multi-record batches); with a correct one nothing is read."""
@@ -188,11 +188,11 @@ def read_schema_topic(settings: Settings) -> list[TypedSchema]:
         topic = metadata.topics.get(settings.schema_topic)
         if topic is None or topic.error is not None or not topic.partitions:
             raise SparkSourceError("no such schema topic", topic=settings.schema_topic)
-        low, high = _offsets(consumer, settings.schema_topic, 0)
+        low, high = partition_bounds(consumer, settings.schema_topic, 0)
     finally:
         consumer.close()
     records: dict[str, dict[str, Any]] = {}
-    for message in _messages(settings, TopicRange(settings.schema_topic, 0, low, high)):
+    for message in messages(settings, TopicRange(settings.schema_topic, 0, low, high)):
         if message.value() is None:
             continue
         record = orjson.loads(message.value())
@@ -223,7 +223,7 @@ def topic_ranges(settings: Settings, start: dict[str, int] | None) -> list[Topic
             raise SparkSourceError("no such change topic", topic=settings.topic)
         ranges = []
         for partition in sorted(topic.partitions):
-            low, high = _offsets(consumer, settings.topic, partition)
+            low, high = partition_bounds(consumer, settings.topic, partition)
             if start is not None and str(partition) in start:
                 first = start[str(partition)]
             else:
@@ -244,7 +244,7 @@ class _Rows:
 
     def read(self, part: TopicRange) -> Iterator[tuple]:
         convert = row_converter(self.struct)
-        for message in _messages(self.settings, part):
+        for message in messages(self.settings, part):
             value = message.value()
             if value is None:
                 continue  # a tombstone: the delete before it is the change

@@ -96,6 +96,13 @@ def row_struct(versions: Sequence[TypedSchema]) -> StructType:
     return StructType([StructField(name, kind, nullable=True) for name, kind in types.items()])
 
 
+def table_struct(versions: Sequence[TypedSchema]) -> StructType:
+    """The table as its newest version has it (columns in its order, with the types
+    `row_struct` gives): what a lake table holds."""
+    union = row_struct(versions)
+    return StructType([union[name] for name in versions[-1].column_names])
+
+
 def _time(text: str) -> dt.timedelta:
     negative = text.startswith("-")
     hours, minutes, seconds = text.lstrip("-").split(":")

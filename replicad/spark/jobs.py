@@ -1,0 +1,201 @@
+"""The Spark jobs `replicad spark <job> -c CONFIG` runs (docs/spark.md).
+
+`materialize`: one streaming query per source table, `replicad-kafka` → `LakeTable.apply` per
+micro-batch, its offsets in a Spark checkpoint of its own. A micro-batch applied again after a
+crash (written, not yet committed to the checkpoint) folds to the same table, since the fold
+goes by binlog coordinates. A query stopped by a schema version it was not started with (a DDL)
+is started again, which re-reads the schema topic; new tables are picked up every
+`spark.discover_s`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from replicad.config import Config
+from replicad.errors import ConfigError, ReplicadError
+from replicad.sinks.kafka_admin import shared_settings
+from replicad.spark.kafka_source import (
+    ReplicadKafkaSource,
+    Settings,
+    TopicRange,
+    messages,
+    partition_bounds,
+)
+from replicad.spark.lake import LakeTable
+from replicad.spark.types import table_struct
+
+log = structlog.get_logger("replicad.spark")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a pipeline's change topics are, as `replicad-kafka` options."""
+
+    bootstrap: str
+    prefix: str
+    topic_template: str
+    schema_topic: str
+    pipeline: str
+    security: dict[str, str]
+
+    @classmethod
+    def of(cls, config: Config) -> Source:
+        kafka = config.sinks.kafka
+        if kafka is None:
+            raise ConfigError(
+                "the Spark jobs read the change topics of sinks.kafka, which is not configured",
+                key="sinks.kafka",
+            )
+        prefix = kafka.prefix or config.pipeline
+        schema_topic = kafka.schema_topic.format(prefix=prefix, pipeline=config.pipeline)
+        if not schema_topic:
+            raise ConfigError(
+                "the Spark jobs type changes from the schema topic; it is switched off",
+                key="sinks.kafka.schema_topic",
+            )
+        security = {k: str(v) for k, v in shared_settings(kafka).items()}
+        return cls(kafka.bootstrap_servers, prefix, kafka.topic, schema_topic, config.pipeline,
+                   security)  # fmt: skip
+
+    def options(self, table: str) -> dict[str, str]:
+        db, _, name = table.partition(".")
+        topic = self.topic_template.format(
+            prefix=self.prefix, db=db, table=name, pipeline=self.pipeline
+        )
+        return {
+            "kafka.bootstrap.servers": self.bootstrap,
+            **{f"kafka.{k}": v for k, v in self.security.items()},
+            "table": table,
+            "topic": topic,
+            "schemaTopic": self.schema_topic,
+        }
+
+    def tables(self) -> list[str]:
+        """Every db.table the schema topic has a table schema for."""
+        settings = Settings.of(self.options("_._"))  # (a table is required; none is read)
+        consumer = settings.open()
+        try:
+            low, high = partition_bounds(consumer, self.schema_topic, 0)
+        finally:
+            consumer.close()
+        found = set()
+        for message in messages(settings, TopicRange(self.schema_topic, 0, low, high)):
+            if message.value() is not None:
+                record = orjson.loads(message.value())
+                if record.get("type") == "table":
+                    found.add(f"{record['db']}.{record['table']}")
+        return sorted(found)
+
+
+class Materialize:
+    """The `materialize` job: every table the config's `spark.tables` regex takes, streamed
+    into its lake table."""
+
+    def __init__(self, spark: SparkSession, config: Config, once: bool = False) -> None:
+        self.spark = spark
+        self.config = config
+        self.settings = config.spark
+        self.source = Source.of(config)
+        self.pattern = re.compile(self.settings.tables)
+        self.once = once
+        self.queries: dict[str, StreamingQuery] = {}
+        self.stopping = threading.Event()
+
+    def lake_path(self, table: str) -> Path:
+        db, _, name = table.partition(".")
+        return Path(self.settings.lake_path) / db / name
+
+    def _start(self, table: str) -> StreamingQuery:
+        options = self.source.options(table)
+        if self.settings.max_offsets_per_trigger:
+            options["maxOffsetsPerTrigger"] = str(self.settings.max_offsets_per_trigger)
+        versions = ReplicadKafkaSource(options).versions
+        lake = LakeTable(
+            self.spark, self.lake_path(table), versions[-1].primary_key,
+            table_struct(versions), self.settings.buckets,
+        )  # fmt: skip
+
+        def apply(batch: DataFrame, batch_id: int) -> None:
+            started = time.monotonic()
+            version = lake.apply(batch)
+            log.info("lake_batch_applied", table=table, batch=batch_id, version=version,
+                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
+
+        writer = (
+            self.spark.readStream.format("replicad-kafka")
+            .options(**options)
+            .load()
+            .writeStream.foreachBatch(apply)
+            .option("checkpointLocation", str(self.checkpoint(table)))
+            .queryName(f"materialize {table}")
+        )
+        if self.once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.settings.trigger_s} seconds")
+        log.info("lake_query_started", table=table, lake=str(self.lake_path(table)),
+                 key=list(versions[-1].primary_key), versions=len(versions))  # fmt: skip
+        return writer.start()
+
+    def checkpoint(self, table: str) -> Path:
+        return Path(self.settings.checkpoint_path) / "materialize" / table
+
+    def _discover(self) -> None:
+        for table in self.source.tables():
+            if table not in self.queries and self.pattern.fullmatch(table):
+                self.queries[table] = self._start(table)
+
+    def run(self, on_round: Callable[[], None] | None = None) -> None:
+        """Until stopped (or, once: until every table's available changes are applied)."""
+        self._discover()
+        discovered = time.monotonic()
+        while not self.stopping.is_set():
+            for table, query in list(self.queries.items()):
+                if query.isActive:
+                    continue
+                error = query.exception()
+                if error is None:
+                    if self.once:
+                        continue
+                    raise RuntimeError(f"the query of {table} stopped")  # not asked to
+                if "SchemaUnknownError" in str(error) or "schema version" in str(error):
+                    log.info("lake_query_restarted", table=table, reason="schema changed")
+                    self.queries[table] = self._start(table)
+                    continue
+                raise _failure(table, error)
+            if self.once and not any(q.isActive for q in self.queries.values()):
+                return
+            if on_round is not None:
+                on_round()
+            if not self.once and time.monotonic() - discovered >= self.settings.discover_s:
+                self._discover()
+                discovered = time.monotonic()
+            self.stopping.wait(0.5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for query in self.queries.values():
+            if query.isActive:
+                query.stop()
+
+
+class SparkJobError(ReplicadError):
+    """A Spark job that failed: names the table and Spark's error."""
+
+
+def _failure(table: str, error: Any) -> Exception:
+    text = error.getMessage() if isinstance(error, StreamingQueryException) else str(error)
+    return SparkJobError(f"the lake query failed: {text.splitlines()[0][:2000]}", table=table)
