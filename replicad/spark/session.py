@@ -24,6 +24,7 @@ def build_session(
         builder = builder.master(master)
     settings = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # progress bars would break JSON log lines
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
         "spark.sql.shuffle.partitions": "4",
