@@ -192,7 +192,7 @@ class Materialize:
             if time.monotonic() - self._reported >= PROGRESS_LOG_S:
                 self._reported = time.monotonic()
                 for table, query in self.queries.items():
-                    progress = query.lastProgress or {}
+                    progress: dict[str, Any] = query.lastProgress or {}
                     log.info("lake_query_progress", table=table,
                              status=query.status.get("message"), batch=progress.get("batchId"),
                              rows=progress.get("numInputRows"))  # fmt: skip
