@@ -39,7 +39,9 @@ def build_session(
 
 
 def register(spark: SparkSession) -> None:
-    """Make `spark.read.format("replicad-kafka")` known to this session."""
+    """Make the formats `replicad-kafka` and `replicad-binlog` known to this session."""
+    from replicad.spark.archive import ReplicadBinlogSource
     from replicad.spark.kafka_source import ReplicadKafkaSource
 
     spark.dataSource.register(ReplicadKafkaSource)
+    spark.dataSource.register(ReplicadBinlogSource)
