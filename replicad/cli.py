@@ -215,10 +215,21 @@ def build_parser() -> argparse.ArgumentParser:
             "spark.checkpoint_path. Stops cleanly on SIGTERM/SIGINT."
         ),
     )
-    materialize.add_argument("--master", help="Spark master URL (default: spark.master)")
-    materialize.add_argument(
-        "--once", action="store_true", help="apply what the topics hold now, then exit"
+    changes = spark_jobs.add_parser(
+        "changes",
+        help="append every change to Parquet by db, table and commit date",
+        parents=[common],
+        description=(
+            "Stream every table spark.tables takes into spark.changes_path/db=<db>/table=<table>"
+            "/date=<commit date>/ (Parquet, Spark's file sink: each topic record once across "
+            "restarts). Stops cleanly on SIGTERM/SIGINT."
+        ),
     )
+    for job in (materialize, changes):
+        job.add_argument("--master", help="Spark master URL (default: spark.master)")
+        job.add_argument(
+            "--once", action="store_true", help="take what the topics hold now, then exit"
+        )
     spark.set_defaults(func=cmd_spark)
 
     relay = commands.add_parser(

@@ -386,6 +386,7 @@ class SparkConfig(_Strict):
 
     master: str = "local[*]"  # `--master` overrides; under spark-submit its own is used
     lake_path: str = "lake"  # lake tables: <lake_path>/<db>/<table>
+    changes_path: str = "changes"  # the changes job: <changes_path>/db=<db>/table=<table>/date=
     checkpoint_path: str = "spark-checkpoints"  # streaming offsets: <checkpoint_path>/<job>/...
     tables: str = ".*"  # a regex on db.table: which tables the jobs take
     buckets: int = Field(16, ge=1, le=4096)  # key buckets per lake table (a batch rewrites

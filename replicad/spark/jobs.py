@@ -22,9 +22,11 @@ import orjson
 import structlog
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from replicad.config import Config
+from replicad.consumers.typed import TypedSchema
 from replicad.errors import ConfigError, ReplicadError
 from replicad.sinks.kafka_admin import shared_settings
 from replicad.spark.kafka_source import (
@@ -108,9 +110,11 @@ class Source:
         return sorted(found)
 
 
-class Materialize:
-    """The `materialize` job: every table the config's `spark.tables` regex takes, streamed
-    into its lake table."""
+class TableJob:
+    """A job of one streaming query per table: every table the config's `spark.tables` regex
+    takes and the schema topic knows, new ones found every `spark.discover_s`."""
+
+    name = "job"
 
     def __init__(self, spark: SparkSession, config: Config, once: bool = False) -> None:
         self.spark = spark
@@ -123,44 +127,32 @@ class Materialize:
         self.stopping = threading.Event()
         self._reported = time.monotonic()
 
-    def lake_path(self, table: str) -> Path:
-        db, _, name = table.partition(".")
-        return Path(self.settings.lake_path) / db / name
+    def _sink(
+        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+    ) -> DataStreamWriter:
+        raise NotImplementedError
 
     def _start(self, table: str) -> StreamingQuery:
         options = self.source.options(table)
         if self.settings.max_offsets_per_trigger:
             options["maxOffsetsPerTrigger"] = str(self.settings.max_offsets_per_trigger)
         versions = ReplicadKafkaSource(options).versions
-        lake = LakeTable(
-            self.spark, self.lake_path(table), versions[-1].primary_key,
-            table_struct(versions), self.settings.buckets,
-        )  # fmt: skip
-
-        def apply(batch: DataFrame, batch_id: int) -> None:
-            started = time.monotonic()
-            version = lake.apply(batch)
-            log.info("lake_batch_applied", table=table, batch=batch_id, version=version,
-                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
-
+        changes = self.spark.readStream.format("replicad-kafka").options(**options).load()
         writer = (
-            self.spark.readStream.format("replicad-kafka")
-            .options(**options)
-            .load()
-            .writeStream.foreachBatch(apply)
+            self._sink(table, changes, versions)
             .option("checkpointLocation", str(self.checkpoint(table)))
-            .queryName(f"materialize {table}")
+            .queryName(f"{self.name} {table}")
         )
         if self.once:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_s} seconds")
-        log.info("lake_query_started", table=table, lake=str(self.lake_path(table)),
-                 key=list(versions[-1].primary_key), versions=len(versions))  # fmt: skip
+        log.info(f"{self.name}_query_started", table=table, versions=len(versions),
+                 key=list(versions[-1].primary_key))  # fmt: skip
         return writer.start()
 
     def checkpoint(self, table: str) -> Path:
-        return Path(self.settings.checkpoint_path) / "materialize" / table
+        return Path(self.settings.checkpoint_path) / type(self).__name__.lower() / table
 
     def _discover(self) -> None:
         for table in self.source.tables():
@@ -181,7 +173,7 @@ class Materialize:
                         continue
                     raise RuntimeError(f"the query of {table} stopped")  # not asked to
                 if "SchemaUnknownError" in str(error) or "schema version" in str(error):
-                    log.info("lake_query_restarted", table=table, reason="schema changed")
+                    log.info(f"{self.name}_query_restarted", table=table, reason="schema changed")
                     self.queries[table] = self._start(table)
                     continue
                 raise _failure(table, error)
@@ -193,7 +185,7 @@ class Materialize:
                 self._reported = time.monotonic()
                 for table, query in self.queries.items():
                     progress: dict[str, Any] = query.lastProgress or {}
-                    log.info("lake_query_progress", table=table,
+                    log.info(f"{self.name}_query_progress", table=table,
                              status=query.status.get("message"), batch=progress.get("batchId"),
                              rows=progress.get("numInputRows"))  # fmt: skip
             if not self.once and time.monotonic() - discovered >= self.settings.discover_s:
@@ -206,6 +198,57 @@ class Materialize:
         for query in self.queries.values():
             if query.isActive:
                 query.stop()
+
+
+class Materialize(TableJob):
+    """`materialize`: each table streamed into its lake table (replicad/spark/lake.py)."""
+
+    name = "lake"
+
+    def lake_path(self, table: str) -> Path:
+        db, _, name = table.partition(".")
+        return Path(self.settings.lake_path) / db / name
+
+    def _sink(
+        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+    ) -> DataStreamWriter:
+        lake = LakeTable(
+            self.spark, self.lake_path(table), versions[-1].primary_key,
+            table_struct(versions), self.settings.buckets,
+        )  # fmt: skip
+
+        def apply(batch: DataFrame, batch_id: int) -> None:
+            started = time.monotonic()
+            version = lake.apply(batch)
+            log.info("lake_batch_applied", table=table, batch=batch_id, version=version,
+                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
+
+        return changes.writeStream.foreachBatch(apply)
+
+
+class Changes(TableJob):
+    """`changes`: each table's change rows appended to Parquet under
+    `<changes_path>/db=<db>/table=<table>/date=<commit date>/`, through Spark's file sink: its
+    log (`_spark_metadata`) and the checkpoint make each record land once across restarts."""
+
+    name = "changes"
+
+    def changes_path(self, table: str) -> Path:
+        db, _, name = table.partition(".")
+        return Path(self.settings.changes_path) / f"db={db}" / f"table={name}"
+
+    def _sink(
+        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+    ) -> DataStreamWriter:
+        dated = changes.withColumn("date", F.to_date("commit_ts"))
+        return (
+            dated.writeStream.format("parquet")
+            .option("path", str(self.changes_path(table)))
+            .partitionBy("date")
+        )
+
+
+JOBS: dict[str, type[TableJob]] = {"materialize": Materialize, "changes": Changes}
 
 
 class SparkJobError(ReplicadError):

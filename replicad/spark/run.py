@@ -18,13 +18,13 @@ log = structlog.get_logger("replicad.spark")
 
 
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
-    from replicad.spark.jobs import Materialize
+    from replicad.spark.jobs import JOBS
     from replicad.spark.session import build_session
 
     spark = build_session(master or config.spark.master, f"replicad-{job}-{config.pipeline}")
     spark.sparkContext.setLogLevel("ERROR")  # Spark's own chatter; replicad logs the job
     try:
-        runner = Materialize(spark, config, once=once)
+        runner = JOBS[job](spark, config, once=once)
 
         def stop(signum: int, _frame: Any) -> None:
             log.info("stop_signal", signal=signal.Signals(signum).name)

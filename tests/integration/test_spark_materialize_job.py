@@ -149,3 +149,60 @@ def _run(conn, name, spark, replicad, writer, job, lake_root) -> None:
     job.proc.send_signal(signal.SIGTERM)
     assert job.proc.wait(60) == 0, job.log.read_text()[-3000:]
     assert "extra" in next(iter(_lake(spark, path).values()))
+
+
+def test_the_changes_job_appends_each_record_once_across_runs(
+    db, memory_kafka, spark, tmp_path
+) -> None:
+    """`replicad spark changes --once`, twice, with changes published in between: the Parquet
+    history under db=/table=/date= holds every record of the topic exactly once (Spark's file
+    sink log and the checkpoint: the second run starts where the first ended)."""
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE h (id INT PRIMARY KEY, v DECIMAL(10,2), at DATETIME(6))")
+    replicad = KafkaReplicad(
+        tmp_path / "replicad", server_id=7193, prefix=f"h{uuid.uuid4().hex[:8]}",
+        kafka=memory_kafka,
+        extra_yaml=(
+            f"spark: {{changes_path: '{tmp_path / 'changes'}', "
+            f"checkpoint_path: '{tmp_path / 'ckpt'}', tables: '{name}\\.h'}}\n"
+        ),
+    )  # fmt: skip
+    replicad.start()
+
+    def write(first: int) -> None:
+        with conn.cursor() as cur:
+            for i in range(first, first + 50):
+                cur.execute("INSERT INTO h VALUES (%s, %s, '2026-11-25 10:00:00.000001')",
+                            (i, f"{i}.25"))  # fmt: skip
+            cur.execute(f"UPDATE h SET v = v + 1 WHERE id >= {first + 40}")
+            cur.execute(f"DELETE FROM h WHERE id < {first + 5}")  # 5, then the other 50
+        conn.commit()
+        wait_caught_up(replicad)
+
+    def run_once() -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "replicad.cli", "spark", "changes", "-c", str(replicad.config),
+             "--master", "local[1]", "--once"],
+            cwd=ROOT, capture_output=True, timeout=300,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+    write(1)
+    run_once()
+    write(1000)
+    run_once()
+    assert replicad.stop() == 0
+    history = spark.read.parquet(str(tmp_path / "changes" / f"db={name}" / "table=h"))
+    rows = history.select("partition", "offset", "op", "date").collect()
+    assert len(rows) == len({(r["partition"], r["offset"]) for r in rows})  # none twice
+    assert sorted(r["op"] for r in rows) == sorted(["c"] * 100 + ["u"] * 20 + ["d"] * (5 + 50))
+    assert {str(r["date"]) for r in rows} == {dt_today()}
+    assert history.schema["after"].dataType["v"].dataType.typeName() == "decimal"
+
+
+def dt_today() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).date().isoformat()
