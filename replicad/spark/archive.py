@@ -40,7 +40,13 @@ from replicad.errors import ReplicadError
 from replicad.relay.decode import input_kind, iter_relay, relay_changes
 from replicad.service.dump_view import DumpHistory
 from replicad.sinks.envelope import EnvelopeLines
-from replicad.spark.types import change_row, change_schema, row_converter, row_struct
+from replicad.spark.types import (
+    arrow_batches,
+    change_row,
+    change_schema,
+    row_converter,
+    row_struct,
+)
 
 log = structlog.get_logger("replicad.spark")
 _NUMBERED = re.compile(r".*\.\d+$")
@@ -136,25 +142,29 @@ class ReplicadBinlogSource(DataSource):
         return change_schema(row_struct(self.versions))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        after = schema["after"].dataType
-        assert isinstance(after, StructType)
-        return _ArchiveReader(self, after)
+        return _ArchiveReader(self, schema)
 
 
 class _ArchiveReader(DataSourceReader):
-    def __init__(self, source: ReplicadBinlogSource, row: StructType) -> None:
+    def __init__(self, source: ReplicadBinlogSource, schema: StructType) -> None:
+        after = schema["after"].dataType
+        assert isinstance(after, StructType)
+        self.schema = schema
+        self.row = after
         self.db = source.db
         self.table = source.table
         self.files = source.files
         self.skip_corrupt = source.skip_corrupt
-        self.row = row
         self.keys = {v.version: v.primary_key for v in source.versions}
 
     def partitions(self) -> list[ArchiveFile]:
         return self.files
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ArchiveFile)
+        return arrow_batches(self._rows(partition), self.schema)
+
+    def _rows(self, partition: ArchiveFile) -> Iterator[tuple]:
         convert = row_converter(self.row)
         lines = EnvelopeLines("replicad", replay=True)
         changes = _changes(partition)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -234,3 +234,40 @@ def change_row(
         partition,
         offset,
     )
+
+
+BATCH_ROWS = 8192
+
+
+def arrow_batches(rows: Iterator[tuple], schema: StructType) -> Iterator[Any]:
+    """Rows of `schema` as Arrow record batches: a Python data source that yields batches
+    hands them to the JVM in Arrow's columnar form, several times cheaper than one pickled
+    tuple per row."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    structs = {
+        i: [f.name for f in field.type]
+        for i, field in enumerate(arrow)
+        if pa.types.is_struct(field.type)
+    }
+
+    def batch(chunk: list[tuple]) -> Any:
+        arrays = []
+        for i, column in enumerate(zip(*chunk, strict=True)):
+            values: Any = column
+            names = structs.get(i)
+            if names is not None:  # pyarrow builds a struct from dicts
+                values = [None if v is None else dict(zip(names, v, strict=True)) for v in column]
+            arrays.append(pa.array(list(values), type=arrow.field(i).type))
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+    chunk: list[tuple] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= BATCH_ROWS:
+            yield batch(chunk)
+            chunk = []
+    if chunk:
+        yield batch(chunk)
