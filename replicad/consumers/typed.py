@@ -28,7 +28,8 @@ class SchemaUnknownError(ReplicadError):
 Convert = Callable[[Any], Any]
 
 
-def _time(text: str) -> dt.timedelta:
+def time_value(text: str) -> dt.timedelta:
+    """A TIME as the exact mode writes it (`[-]HH:MM:SS[.ffffff]`, beyond 24 h too)."""
     negative = text.startswith("-")
     hours, minutes, seconds = text.lstrip("-").split(":")
     whole, _, fraction = seconds.partition(".")
@@ -82,7 +83,7 @@ _BY_TYPE: dict[str, Convert] = {
     "date": _date,
     "datetime": _datetime,
     "timestamp": _timestamp,
-    "time": _time,
+    "time": time_value,
     "binary": _bytes,
     "varbinary": _bytes,
     "tinyblob": _bytes,

@@ -41,7 +41,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from replicad.consumers.typed import TypedSchema
+from replicad.consumers.typed import TypedSchema, time_value
 
 Convert = Callable[[Any], Any]
 
@@ -103,19 +103,6 @@ def table_struct(versions: Sequence[TypedSchema]) -> StructType:
     return StructType([union[name] for name in versions[-1].column_names])
 
 
-def _time(text: str) -> dt.timedelta:
-    negative = text.startswith("-")
-    hours, minutes, seconds = text.lstrip("-").split(":")
-    whole, _, fraction = seconds.partition(".")
-    value = dt.timedelta(
-        hours=int(hours),
-        minutes=int(minutes),
-        seconds=int(whole),
-        microseconds=int(fraction.ljust(6, "0")) if fraction else 0,
-    )
-    return -value if negative else value
-
-
 def _timestamp(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -150,7 +137,7 @@ def converter(kind: DataType) -> Convert:
     if isinstance(kind, TimestampType):
         return _timestamp
     if isinstance(kind, DayTimeIntervalType):
-        return _time
+        return time_value
     if isinstance(kind, BinaryType):
         return base64.b64decode
     if kind == GEOMETRY:
