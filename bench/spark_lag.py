@@ -1,0 +1,199 @@
+"""`replicad spark materialize` lag: from a commit on MariaDB to the row visible in the lake
+table, at an offered load, in one run on this machine.
+
+Pieces: the local MariaDB (scripts/services.sh), a private memory-backed tansu broker (as
+`bench/e2e.py --memory-broker`), `replicad run` publishing to it, and `replicad spark
+materialize` (local[2], `spark.trigger_s` 1) keeping two lake tables: `load`, written at
+`--rate` rows/s (transactions of 100 rows), and `probe`, one row updated every 0.25 s with its
+commit time (UTC, to the microsecond). This process reads the probe table's current Parquet
+files (its manifest, with pyarrow: no Spark session here) every 50 ms; each probe value's lag is
+the time it was first seen minus the time it was committed. The job's own batch durations
+come from its log.
+
+    python3 bench/spark_lag.py [--rate 5000] [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pymysql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, grid, python_env, stop_process
+from bench.e2e import MemoryBroker, percentiles, tansu_binary
+
+PORT = 3306
+DB = "bench_spark_lag"
+
+
+def _connect() -> Any:
+    return pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root",
+                           database=DB, autocommit=False)  # fmt: skip
+
+
+def prepare() -> None:
+    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+        cur.execute(f"USE {DB}")
+        cur.execute("CREATE TABLE load_rows (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute("CREATE TABLE probe (id INT PRIMARY KEY, at DATETIME(6))")
+        cur.execute("INSERT INTO probe VALUES (1, UTC_TIMESTAMP(6))")
+    conn.commit()
+    conn.close()
+
+
+def writer(rate: int, stop: threading.Event, committed: list[int]) -> None:
+    """`rate` rows/s into load_rows in transactions of 100, upserts over a bounded key range."""
+    conn = _connect()
+    next_id = 0
+    period = 100 / rate
+    began = time.perf_counter()
+    sent = 0
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            values = ", ".join(
+                f"({(next_id + i) % 200_000}, {i}, 'n{next_id + i}')" for i in range(100)
+            )
+            cur.execute(f"REPLACE INTO load_rows VALUES {values}")
+            conn.commit()
+            next_id += 100
+            sent += 1
+            committed[0] = sent * 100
+            delay = began + sent * period - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+    conn.close()
+
+
+def prober(stop: threading.Event, probes: dict[str, float]) -> None:
+    conn = _connect()
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            cur.execute("UPDATE probe SET at = UTC_TIMESTAMP(6) WHERE id = 1")
+            conn.commit()
+            cur.execute("SELECT at FROM probe WHERE id = 1")
+            (at,) = cur.fetchone()
+            probes[at.isoformat()] = at.replace(tzinfo=dt.UTC).timestamp()
+            conn.rollback()
+            time.sleep(0.25)
+    conn.close()
+
+
+def seen_probe(lake: Path) -> str | None:
+    """The probe row's `at` in the lake table's current version (None: not there yet)."""
+    try:
+        manifest = json.loads((lake / "_manifest.json").read_text())
+        for where in manifest["buckets"].values():
+            for file in (lake / where).glob("*.parquet"):
+                for row in pq.read_table(file).to_pylist():
+                    if row["id"] == 1 and not row["_replicad_deleted"] and row["at"] is not None:
+                        return row["at"].isoformat()
+    except (OSError, ValueError, KeyError):
+        return None  # a version switched while being read: the next poll sees the new one
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    binary = tansu_binary()
+    if binary is None:
+        raise SystemExit("no tansu binary: bash scripts/services.sh up kafka installs it")
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-lag-"))
+    broker = MemoryBroker(binary, work / "tansu.log")
+    bootstrap = broker.start()
+    prepare()
+    config = work / "config.yaml"
+    config.write_text(
+        "pipeline: lag\n"
+        f"source: {{host: 127.0.0.1, port: {PORT}, user: repl, password_env: BENCH_PW, "
+        "server_id: 7995, start: latest}\n"
+        f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}', prefix: lag}}}}\n"
+        f"coordination: {{local: {{path: {work / 'position.json'}}}}}\n"
+        f"filters: {{include: ['{DB}\\..*']}}\n"
+        f"spark: {{lake_path: {work / 'lake'}, checkpoint_path: {work / 'ckpt'}, "
+        "trigger_s: 1.0, discover_s: 2.0, buckets: 16}\n"
+        "log: {format: json, level: info}\n"
+    )
+    env = {**python_env(), "BENCH_PW": "repl", "PYSPARK_PYTHON": sys.executable}
+    procs = []
+    stop = threading.Event()
+    committed = [0]
+    probes: dict[str, float] = {}
+    lags: list[float] = []
+    try:
+        for name, cmd in (
+            ("replicad", ["run", "-c", str(config)]),
+            ("spark", ["spark", "materialize", "-c", str(config), "--master", "local[2]"]),
+        ):
+            with (work / f"{name}.log").open("ab") as log:
+                command = [sys.executable, "-m", "replicad.cli", *cmd]
+                procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log))
+        time.sleep(3)
+        threads = [
+            threading.Thread(target=writer, args=(args.rate, stop, committed), daemon=True),
+            threading.Thread(target=prober, args=(stop, probes), daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        lake = work / "lake" / DB / "probe"
+        warmup_until = time.time() + 30  # the job's start-up and first batches
+        end = warmup_until + args.seconds
+        last = None
+        while time.time() < end:
+            value = seen_probe(lake)
+            if value is not None and value != last:
+                last = value
+                committed_at = probes.get(value)
+                if committed_at is not None and time.time() > warmup_until:
+                    lags.append(time.time() - committed_at)
+            time.sleep(0.05)
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        for proc in procs:
+            stop_process(proc, 60)
+        broker.stop()
+    batches = [
+        json.loads(line)
+        for line in (work / "spark.log").read_text(errors="replace").splitlines()
+        if '"lake_batch_applied"' in line
+    ]
+    seconds = [b["seconds"] for b in batches if b.get("table", "").endswith(".load_rows")]
+    lag = percentiles(lags) or {}
+    batch = percentiles(seconds) or {}
+    print(
+        f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 30 s warm-up; "
+        f"{committed[0]} rows committed; {len(lags)} probe values seen; {os.cpu_count()} CPUs"
+    )
+    print(grid(
+        ("measure", "p50 s", "p90 s", "p99 s", "max s"),
+        [("commit -> visible in the lake (probe)", *(f"{lag.get(k, 0) / 1000:.2f}" for k in
+          ("p50", "p90", "p99", "max"))),
+         ("micro-batch apply, load_rows", *(f"{batch.get(k, 0) / 1000:.2f}" for k in
+          ("p50", "p90", "p99", "max")))],
+    ))  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
