@@ -162,6 +162,15 @@ class LakeTable:
     def apply(self, changes: DataFrame) -> int:
         """Fold one batch of changes into a new version; returns its number (the current one
         when the batch holds nothing for the table)."""
+        # The batch is read by three actions (truncation point, touched buckets, the write):
+        # held once, not read from the source three times.
+        changes = changes.persist()
+        try:
+            return self._apply(changes)
+        finally:
+            changes.unpersist()
+
+    def _apply(self, changes: DataFrame) -> int:
         manifest = self.manifest() or {"version": 0, "buckets": {}, "truncated": None}
         schema_json = self.columns.json()
         truncation = (
