@@ -446,6 +446,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         configure_logging(config.log.format, config.log.level)
+        import pyspark  # noqa: F401  (the optional extra: a clear message when it is missing)
+
         from replicad.spark.run import run_job
     except ConfigError as exc:
         print(f"replicad spark {args.job}: {exc}", file=sys.stderr)

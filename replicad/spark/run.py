@@ -18,9 +18,14 @@ log = structlog.get_logger("replicad.spark")
 
 
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
-    from replicad.spark.jobs import JOBS
+    from replicad.spark.jobs import JOBS, Source
     from replicad.spark.session import build_session
 
+    try:
+        Source.of(config)  # a configuration the job cannot use fails before Spark starts
+    except ReplicadError as exc:
+        print(f"replicad spark {job}: {exc}", file=sys.stderr)
+        return exit_code(exc)
     spark = build_session(master or config.spark.master, f"replicad-{job}-{config.pipeline}")
     spark.sparkContext.setLogLevel("ERROR")  # Spark's own chatter; replicad logs the job
     try:
