@@ -36,7 +36,7 @@ from replicad.spark.kafka_source import (
     messages,
     partition_bounds,
 )
-from replicad.spark.lake import LakeTable
+from replicad.spark.lake import LakeError, LakeTable
 from replicad.spark.types import table_struct
 
 log = structlog.get_logger("replicad.spark")
@@ -124,6 +124,7 @@ class TableJob:
         self.pattern = re.compile(self.settings.tables)
         self.once = once
         self.queries: dict[str, StreamingQuery] = {}
+        self.skipped: set[str] = set()
         self.stopping = threading.Event()
         self._reported = time.monotonic()
 
@@ -156,8 +157,13 @@ class TableJob:
 
     def _discover(self) -> None:
         for table in self.source.tables():
-            if table not in self.queries and self.pattern.fullmatch(table):
+            if table in self.queries or table in self.skipped or not self.pattern.fullmatch(table):
+                continue
+            try:
                 self.queries[table] = self._start(table)
+            except LakeError as exc:  # one table the job cannot take stops none of the others
+                self.skipped.add(table)
+                log.warning(f"{self.name}_table_skipped", table=table, reason=str(exc))
 
     def run(self, on_round: Callable[[], None] | None = None) -> None:
         """Until stopped (or, once: until every table's available changes are applied)."""

@@ -254,7 +254,10 @@ class _Rows:
             if value is None:
                 continue  # a tombstone: the delete before it is the change
             envelope = orjson.loads(value)
-            version = envelope["source"].get("schema_version")
+            source = envelope["source"]
+            if (source.get("db"), source.get("table")) != (self.settings.db, self.settings.table):
+                continue  # a topic template shared by tables ({prefix}.{db}): not this one
+            version = source.get("schema_version")
             if envelope["op"] != "t" and version not in self.known:
                 raise SchemaUnknownError(
                     "a change names a schema version this query was not started with (a "
@@ -343,7 +346,8 @@ class _StreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         ranges = topic_ranges(self.settings, start)
-        ends = {str(r.partition): r.end for r in ranges}
+        # Never behind the start (a broker that reports its end short: tansu).
+        ends = {str(r.partition): max(r.start, r.end) for r in ranges}
         if isinstance(limit, ReadMaxRows):
             # Share the budget over the partitions in turn, so none starves.
             budget = limit.max_rows

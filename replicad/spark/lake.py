@@ -70,8 +70,10 @@ def _point(coordinates: Sequence[Any]) -> Column:
 
 
 def _latest_per_key(rows: DataFrame, key: Sequence[str]) -> DataFrame:
+    # At equal coordinates (a key-column change under filters.key_columns is a delete and a
+    # create of one row) the row that lives wins over the delete marker.
     order = Window.partitionBy(*key).orderBy(
-        F.col(FILE).desc(), F.col(POS).desc(), F.col(ROW).desc()
+        F.col(FILE).desc(), F.col(POS).desc(), F.col(ROW).desc(), F.col(DELETED).asc()
     )
     return rows.withColumn("_n", F.row_number().over(order)).filter("_n = 1").drop("_n")
 
@@ -90,8 +92,7 @@ class LakeTable:
     ) -> None:
         if not primary_key:
             raise LakeError(
-                "a lake table needs a primary key to fold changes by (filters.key_columns "
-                "gives a table without one its key columns)",
+                "a lake table needs a primary key to fold changes by; the table has none",
                 path=str(path),
             )
         self.spark = spark
@@ -141,7 +142,10 @@ class LakeTable:
         present = set(stored.columns)
         return stored.select(
             *[
-                (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
+                # try_cast: an older value the newest type cannot hold is null, not an error
+                (F.col(f.name) if f.name in present else F.lit(None))
+                .try_cast(f.dataType)
+                .alias(f.name)
                 for f in self.columns.fields
             ],
             *BOOKKEEPING,
@@ -184,7 +188,11 @@ class LakeTable:
             here = [batch_truncated["f"], batch_truncated["p"], batch_truncated["r"]]
             truncated = here if truncated is None else max(truncated, here)
         rows = self._rows(changes, truncated)
-        full = batch_truncated is not None or manifest.get("schema") != schema_json
+        full = (
+            batch_truncated is not None
+            or manifest.get("schema") != schema_json
+            or manifest.get("bucket_count", self.buckets) != self.buckets  # every key moves
+        )
         if full:
             touched = None
         else:
@@ -198,7 +206,10 @@ class LakeTable:
             old = old.withColumn(BUCKET, self._bucket())
             rows = rows.unionByName(old)
         merged = _latest_per_key(rows, self.key)
-        version = int(manifest["version"]) + 1
+        # Past every version directory on disk: one left by a batch that died before its
+        # manifest switch is never written into (it goes with the next switch's clean-up).
+        on_disk = [int(p.name[1:]) for p in self.root.glob("v[0-9]*") if p.name[1:].isdigit()]
+        version = max([int(manifest["version"]), *on_disk]) + 1
         directory = self.root / f"v{version:08d}"
         merged.write.mode("errorifexists").partitionBy(BUCKET).parquet(str(directory))
         written = {
@@ -216,6 +227,7 @@ class LakeTable:
                 "truncated": truncated,
                 "schema": schema_json,
                 "key": self.key,
+                "bucket_count": self.buckets,
             }
         )
         return version
@@ -238,7 +250,7 @@ class LakeTable:
                     if f.name in self.key
                     else F.when(deleted, F.lit(None)).otherwise(F.col("after")[f.name])
                 )
-                .cast(f.dataType)
+                .try_cast(f.dataType)
                 .alias(f.name)
                 for f in self.columns.fields
             ],

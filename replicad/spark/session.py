@@ -18,7 +18,9 @@ def build_session(
     """`master` None: whatever `spark-submit` set. The workers run this interpreter unless
     PYSPARK_PYTHON says otherwise (else they start the system python, which lacks replicad)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master is not None and master.startswith("local"):
+        # Local mode only: on a cluster the executors must reach the driver's real address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)

@@ -107,8 +107,30 @@ def _timestamp(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _decimal(value: Any) -> Decimal:
-    return Decimal(str(value))
+def _integer(bits: int) -> Convert:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def convert(value: Any) -> int:
+        number = int(value)
+        if not low <= number <= high:
+            raise ValueError(f"{number} does not fit {bits} bits")
+        return number
+
+    return convert
+
+
+def _decimal_of(precision: int, scale: int) -> Convert:
+    """Exactly, or not at all: a value with more digits than DECIMAL(p,s) holds raises."""
+    quantum = Decimal(1).scaleb(-scale)
+
+    def convert(value: Any) -> Decimal:
+        number = Decimal(str(value))
+        fitted = number.quantize(quantum)
+        if fitted != number or len(fitted.as_tuple().digits) > precision:
+            raise ValueError(f"{value} does not fit decimal({precision},{scale})")
+        return fitted
+
+    return convert
 
 
 def _string(value: Any) -> str:
@@ -123,11 +145,14 @@ def _geometry(value: dict[str, Any]) -> tuple[int, bytes]:
 
 def converter(kind: DataType) -> Convert:
     """From the `exact` JSON value to the Spark value of `kind` (raises on a value that does
-    not fit; `row_converter` turns that into null)."""
-    if isinstance(kind, IntegerType | LongType):
-        return int
+    not fit, an out-of-range integer or a decimal with more digits; `row_converter` turns that
+    into null)."""
+    if isinstance(kind, IntegerType):
+        return _integer(32)
+    if isinstance(kind, LongType):
+        return _integer(64)
     if isinstance(kind, DecimalType):
-        return _decimal
+        return _decimal_of(kind.precision, kind.scale)
     if isinstance(kind, FloatType | DoubleType):
         return float
     if isinstance(kind, DateType):
