@@ -109,10 +109,11 @@ def test_exact_values_become_spark_values() -> None:
 def test_an_older_value_the_newest_type_cannot_hold_is_null() -> None:
     """After ALTER ... MODIFY narrows a column, values written before it that do not fit are
     null (not a failed task): an out-of-range integer, a decimal with more digits."""
-    old = _version("a", [{"name": "id", "type": "int"}, {"name": "n", "type": "bigint"},
-                         {"name": "d", "type": "decimal", "precision": 12, "scale": 4}])  # fmt: skip
-    new = _version("b", [{"name": "id", "type": "int"}, {"name": "n", "type": "int"},
-                         {"name": "d", "type": "decimal", "precision": 10, "scale": 2}])  # fmt: skip
+    key = {"name": "id", "type": "int"}
+    wide = {"name": "d", "type": "decimal", "precision": 12, "scale": 4}
+    narrow = {"name": "d", "type": "decimal", "precision": 10, "scale": 2}
+    old = _version("a", [key, {"name": "n", "type": "bigint"}, wide])
+    new = _version("b", [key, {"name": "n", "type": "int"}, narrow])
     convert = row_converter(row_struct([old, new]))
     assert convert({"id": 1, "n": 5_000_000_000, "d": "1.2345"}) == (1, None, None)
     assert convert({"id": 2, "n": -(2**31), "d": "12345678.90"}) == (
