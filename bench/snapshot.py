@@ -34,6 +34,16 @@ TABLE_SQL = """CREATE TABLE t (
     f DOUBLE, tx TEXT, u TINYINT UNSIGNED, day DATE, j JSON)"""
 
 
+def insert_rows(first: int, last: int) -> str:
+    """The INSERT of rows `first`..`last` of the 10-column table (bench/spark.py uses it too)."""
+    return (
+        "INSERT INTO t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
+        "'2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, seq / 3, REPEAT('x', 40), "
+        "seq % 256, '2024-01-01' + INTERVAL (seq % 1000) DAY, "
+        f"CONCAT('{{\"k\": ', seq, '}}') FROM seq_{first}_to_{last}"
+    )
+
+
 def prepare(rows: int) -> None:
     conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
     with conn.cursor() as cur:
@@ -41,12 +51,7 @@ def prepare(rows: int) -> None:
         cur.execute(f"CREATE DATABASE {DB}")
         cur.execute(f"USE {DB}")
         cur.execute(TABLE_SQL)
-        cur.execute(
-            "INSERT INTO t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
-            "'2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, seq / 3, REPEAT('x', 40), "
-            "seq % 256, '2024-01-01' + INTERVAL (seq % 1000) DAY, "
-            f"CONCAT('{{\"k\": ', seq, '}}') FROM seq_1_to_{rows}"
-        )
+        cur.execute(insert_rows(1, rows))
     conn.commit()
     conn.close()
 

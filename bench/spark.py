@@ -32,12 +32,9 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROOT, grid, python_env
+from bench.snapshot import PORT, TABLE_SQL, insert_rows
 
-PORT = 3306
 DB = "bench_spark"
-TABLE_SQL = """CREATE TABLE t (
-    id BIGINT PRIMARY KEY, n INT, s VARCHAR(64), d DECIMAL(12,2), at DATETIME(6),
-    f DOUBLE, tx TEXT, u TINYINT UNSIGNED, day DATE, j JSON)"""
 
 
 def prepare(rows: int, files: int, into: Path) -> list[Path]:
@@ -58,12 +55,7 @@ def prepare(rows: int, files: int, into: Path) -> list[Path]:
             names.append(cur.fetchone()[0])
             first = part * per_file + 1
             last = rows if part == files - 1 else first + per_file - 1
-            cur.execute(
-                "INSERT INTO t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
-                "'2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, seq / 3, REPEAT('x', 40), "
-                "seq % 256, '2024-01-01' + INTERVAL (seq % 1000) DAY, "
-                f"CONCAT('{{\"k\": ', seq, '}}') FROM seq_{first}_to_{last}"
-            )
+            cur.execute(insert_rows(first, last))
             conn.commit()
         cur.execute("FLUSH BINARY LOGS")
     conn.close()
