@@ -394,6 +394,14 @@ class SparkConfig(_Strict):
     trigger_s: float = Field(5.0, gt=0)  # a micro-batch every so many seconds
     max_offsets_per_trigger: int | None = Field(None, ge=1)  # records per micro-batch
     discover_s: float = Field(30.0, gt=0)  # how often new tables are looked for
+    # verify: MySQL through Spark's JDBC source with MariaDB Connector/J (Debian
+    # libmariadb-java), as the source's user; extra JDBC properties (TLS: useSsl, serverSslCert)
+    jdbc_driver_jar: str = "/usr/share/java/mariadb-java-client.jar"
+    verify_jdbc_properties: dict[str, str] = {}
+    verify_ranges: int = Field(16, ge=1, le=100000)  # key ranges checksummed side by side
+    verify_rounds: int = Field(3, ge=1)  # re-reads of keys still changing before "unsettled"
+    verify_timeout_s: float = Field(300.0, gt=0)  # the longest wait for the lake to catch up
+    verify_max_keys: int = Field(1000, ge=0)  # keys listed per kind of difference and table
 
 
 class Config(_Strict):

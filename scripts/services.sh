@@ -361,7 +361,8 @@ ZK_EXTRA_JVM=()  # more JVM options (zk_instance_up)
 
 zk_install() {
   command -v java >/dev/null || apt_install default-jre-headless
-  apt_install zookeeper
+  # MariaDB Connector/J: `replicad spark verify` reads MySQL through Spark's JDBC source.
+  apt_install zookeeper libmariadb-java
 }
 
 zk_ruok() { # zk_ruok <client port>: the server answers imok

@@ -15,6 +15,7 @@ from typing import Any
 import pymysql
 import pytest
 
+from replicad.config import SparkConfig
 from tests.helpers.daemon_process import kill_leftovers
 from tests.helpers.kafka_run import TABLES_SQL
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
@@ -49,8 +50,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SparkSession (local[2]) for the whole test session: starting one costs ~10 s."""
     from replicad.spark.session import build_session
 
+    # MariaDB Connector/J (scripts/services.sh installs it) for verify's JDBC reads.
+    jar = SparkConfig().jdbc_driver_jar
     session = build_session(
-        "local[2]", "replicad-tests", local_dir=str(tmp_path_factory.mktemp("spark-local"))
+        "local[2]",
+        "replicad-tests",
+        local_dir=str(tmp_path_factory.mktemp("spark-local")),
+        conf={"spark.jars": jar} if Path(jar).is_file() else {},
     )
     try:
         yield session

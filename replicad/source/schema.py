@@ -531,7 +531,7 @@ def tables_from_information_schema(
     ]
 
 
-async def _binlog_end(conn: Any) -> Position | None:
+async def binlog_end(conn: Any) -> Position | None:
     for sql in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):  # MySQL 8.4 renamed it
         try:
             result = await conn.query(sql)
@@ -551,7 +551,7 @@ async def snapshot(conn: Any, position: Position) -> SchemaHistory:
     privilege on them) are missing: their TABLE_MAPs keep @N names until a CREATE is seen."""
     columns = await conn.query(COLUMNS_SQL)
     primary_keys = await conn.query(PRIMARY_KEYS_SQL)
-    end = await _binlog_end(conn)
+    end = await binlog_end(conn)
     window_end = None
     if end is not None and (end.file, end.pos) != (position.file, position.pos):
         window_end = end

@@ -105,8 +105,11 @@ def _descriptions(part: ArchiveFile, db: str, table: str) -> Iterator[TableDescr
             yield describe(event)
 
 
-def table_versions(files: list[ArchiveFile], db: str, table: str) -> list[TypedSchema]:
-    """The table's layouts in the files, in the order they first appear."""
+def table_versions(
+    files: list[ArchiveFile], db: str, table: str, skip_corrupt: bool = False
+) -> list[TypedSchema]:
+    """The table's layouts in the files, in the order they first appear (with
+    `skip_corrupt`, those before the damage of a damaged file, as the read keeps its rows)."""
     records: dict[str, dict[str, Any]] = {}
     for part in files:
         try:
@@ -115,7 +118,10 @@ def table_versions(files: list[ArchiveFile], db: str, table: str) -> list[TypedS
         except ArchiveError:
             raise
         except ReplicadError as exc:
-            raise ArchiveError(f"the archive file cannot be read: {exc}", file=part.path) from None
+            if not skip_corrupt:
+                raise ArchiveError(
+                    f"the archive file cannot be read: {exc}", file=part.path
+                ) from None
     return [TypedSchema.from_record(r) for r in records.values()]
 
 
@@ -134,7 +140,7 @@ class ReplicadBinlogSource(DataSource):
         self.db, _, self.table = table.partition(".")
         self.skip_corrupt = given.get("skipcorrupt", "false").lower() == "true"
         self.files = archive_files(path)
-        self.versions = table_versions(self.files, self.db, self.table)
+        self.versions = table_versions(self.files, self.db, self.table, self.skip_corrupt)
         if not self.versions:
             raise ArchiveError("no TABLE_MAP of the table in the archive", table=table, path=path)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from replicad.errors import ReplicadError
 
@@ -151,15 +151,30 @@ class LakeTable:
             *BOOKKEEPING,
         )
 
-    def read(self) -> DataFrame:
-        """The current rows: one per key, deleted keys left out, the table's own columns."""
+    def stored(self) -> DataFrame:
+        """Every key the current version holds, deleted ones too, with the bookkeeping
+        columns (its last change's coordinates, whether that was a delete)."""
         manifest = self.manifest()
         if manifest is None:
             raise LakeError("no version of the lake table yet", path=str(self.root))
         stored = self._stored(manifest, None)
-        if stored is None:  # every row deleted or truncated
-            return self.spark.createDataFrame([], self.columns)
-        return stored.filter(~F.col(DELETED)).drop(*BOOKKEEPING)
+        if stored is None:  # every row truncated
+            bookkeeping = StructType(
+                [
+                    StructField(FILE, StringType()),
+                    StructField(POS, LongType()),
+                    StructField(ROW, LongType()),
+                    StructField(DELETED, BooleanType()),
+                ]
+            )
+            return self.spark.createDataFrame(
+                [], StructType(self.columns.fields + bookkeeping.fields)
+            )
+        return stored
+
+    def read(self) -> DataFrame:
+        """The current rows: one per key, deleted keys left out, the table's own columns."""
+        return self.stored().filter(~F.col(DELETED)).drop(*BOOKKEEPING)
 
     # ------------------------------------------------------------------ writing
 

@@ -1,17 +1,20 @@
 """Running a Spark job from the command line: the session, signals, exit codes and logs as
-the daemon's (64 usage, 75 temporary, 78 configuration; docs/operations.md)."""
+the daemon's (64 usage, 75 temporary, 78 configuration; docs/operations.md). `verify` exits 1
+when it found a difference, 0 when every table it compared is equal."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from replicad.config import Config
-from replicad.errors import ReplicadError
-from replicad.exit_codes import EXIT_OK, EXIT_TEMPFAIL
+from replicad.errors import ConfigError, ReplicadError
+from replicad.exit_codes import EXIT_CHECK_FAILED, EXIT_OK, EXIT_TEMPFAIL
 from replicad.service.exits import exit_code
 
 log = structlog.get_logger("replicad.spark")
@@ -49,6 +52,56 @@ def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     except Exception as exc:  # Spark's own errors: transient unless proven otherwise
         log.error("spark_job_failed", job=job, error=str(exc).splitlines()[0][:2000])
         print(f"replicad spark {job}: {exc}", file=sys.stderr)
+        return EXIT_TEMPFAIL
+    finally:
+        spark.stop()
+
+
+def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
+    """`replicad spark verify`: every lake table `spark.tables` takes, compared with MySQL."""
+    from replicad.spark.jobs import Source
+    from replicad.spark.session import build_session
+    from replicad.spark.verify import Verifier
+
+    try:
+        Source.of(config)
+        password = config.source.resolve_password()
+        jar = Path(config.spark.jdbc_driver_jar)
+        if not jar.is_file():
+            raise ConfigError(
+                "verify reads MySQL through MariaDB Connector/J, and its jar is not there "
+                "(Debian: apt install libmariadb-java)",
+                key="spark.jdbc_driver_jar",
+                value=str(jar),
+            )
+    except ReplicadError as exc:
+        print(f"replicad spark verify: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    spark = build_session(
+        master or config.spark.master,
+        f"replicad-verify-{config.pipeline}",
+        conf={"spark.jars": str(jar)},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        verifier = Verifier(spark, config, password)
+        tables = verifier.tables()
+        log.info("spark_job_started", job="verify", master=spark.sparkContext.master,
+                 tables=len(tables))  # fmt: skip
+        reports = []
+        for table in tables:
+            report = verifier.verify(table, config.spark.verify_timeout_s)
+            log.info("verify_table_checked", table=table, equal=report.equal, **report.counts)
+            reports.append(report)
+        print(json.dumps({"tables": [r.to_json() for r in reports]}, indent=None if as_json else 2))
+        return EXIT_OK if all(r.equal for r in reports) else EXIT_CHECK_FAILED
+    except ReplicadError as exc:
+        log.error("spark_job_failed", job="verify", error=str(exc))
+        print(f"replicad spark verify: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except Exception as exc:  # Spark's own errors (MySQL unreachable through JDBC, ...)
+        log.error("spark_job_failed", job="verify", error=str(exc).splitlines()[0][:2000])
+        print(f"replicad spark verify: {exc}", file=sys.stderr)
         return EXIT_TEMPFAIL
     finally:
         spark.stop()

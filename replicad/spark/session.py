@@ -30,6 +30,9 @@ def build_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
         "spark.sql.shuffle.partitions": "4",
+        # Catalyst recurses over a plan: a lake batch of a wide table (the 28-column test
+        # table) overflowed the default 1 MB stack of a streaming query's thread once.
+        "spark.driver.extraJavaOptions": "-Xss16m",
         **({"spark.local.dir": local_dir} if local_dir else {}),
         **(conf or {}),
     }
