@@ -283,12 +283,14 @@ class Verifier:
                          self.settings.buckets)  # fmt: skip
         db, _, name = table.partition(".")
         source_table = f"{quote_name(db)}.{quote_name(name)}"
+        deadline = time.monotonic() + timeout_s
+        # First through replicad's own connection: wrong credentials end the run with its
+        # clear error (exit 78) rather than a JDBC stack trace.
+        self._binlog_end()
         partitioning = self._partitioning(source_table, key)
         report.ranges = partitioning.count
-        deadline = time.monotonic() + timeout_s
 
         # Round 0: checksums per range on both sides.
-        before = self._binlog_end()
         mysql_sums = self._mysql_checksums(source_table, columns, key, partitioning)
         after = self._binlog_end()
         report.position = {"file": after[0], "pos": after[1]}
