@@ -195,6 +195,19 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("id", nargs="?", metavar="ID", help="the request id (snap-...)")
     snapshot.set_defaults(func=cmd_snapshot)
 
+    invalidate = commands.add_parser(
+        "invalidate",
+        help="invalidate cache keys in Redis from the change topics",
+        description=(
+            "A Kafka consumer group over the change topics of sinks.kafka: each change "
+            "deletes (UNLINK) or announces (PUBLISH) the cache keys invalidate.rules map its "
+            "row to, before and after images both; offsets are committed only after Redis "
+            "acknowledged (docs/invalidate.md). Stops cleanly on SIGTERM/SIGINT."
+        ),
+    )
+    invalidate.add_argument("-c", "--config", required=True, help="YAML config file")
+    invalidate.set_defaults(func=cmd_invalidate)
+
     spark = commands.add_parser(
         "spark",
         help="run a Spark job over the pipeline's change topics",
@@ -452,6 +465,17 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         return exit_code(exc)
     _emit(args, result, text)
     return EXIT_OK
+
+
+def cmd_invalidate(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        configure_logging(config.log.format, config.log.level)
+        from replicad.invalidate.run import run_invalidator
+    except ConfigError as exc:
+        print(f"replicad invalidate: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return run_invalidator(config)
 
 
 def cmd_spark(args: argparse.Namespace) -> int:

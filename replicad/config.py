@@ -57,6 +57,32 @@ class ReconnectConfig(_Strict):
     jitter: float = Field(0.2, ge=0, le=1)
 
 
+def resolve_secret(section: Any, name: str, environ: Mapping[str, str] | None = None) -> str:
+    """A password given as `password`, `password_env` or `password_file` of a config section
+    (`name` is its key path, for errors); "" when none is given."""
+    environ = os.environ if environ is None else environ
+    if section.password is not None:
+        return str(section.password.get_secret_value())
+    if section.password_env is not None:
+        if section.password_env not in environ:
+            raise ConfigError(
+                f"{name}.password_env names an environment variable that is not set",
+                key=f"{name}.password_env",
+                value=section.password_env,
+            )
+        return environ[section.password_env]
+    if section.password_file is not None:
+        try:
+            return str(section.password_file.read_text().rstrip("\n"))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the password file: {exc.strerror}",
+                key=f"{name}.password_file",
+                value=str(section.password_file),
+            ) from None
+    return ""
+
+
 class SourceConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
@@ -85,27 +111,7 @@ class SourceConfig(_Strict):
         return self
 
     def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
-        environ = os.environ if environ is None else environ
-        if self.password is not None:
-            return self.password.get_secret_value()
-        if self.password_env is not None:
-            if self.password_env not in environ:
-                raise ConfigError(
-                    "source.password_env names an environment variable that is not set",
-                    key="source.password_env",
-                    value=self.password_env,
-                )
-            return environ[self.password_env]
-        if self.password_file is not None:
-            try:
-                return self.password_file.read_text().rstrip("\n")
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot read the password file: {exc.strerror}",
-                    key="source.password_file",
-                    value=str(self.password_file),
-                ) from None
-        return ""
+        return resolve_secret(self, "source", environ)
 
 
 class StdoutSinkConfig(_Strict):
@@ -155,9 +161,45 @@ class KafkaSinkConfig(_Strict):
         return self.prefix if self.prefix is not None else pipeline
 
 
+class MqttSinkConfig(_Strict):
+    """MQTT notices (docs/mqtt.md): one per change, QoS 1 (or 2); the position passes a change
+    only after the broker acknowledged its notice."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(1883, ge=1, le=65535)
+    client_id: str | None = None  # the persistent session's name; default replicad-<pipeline>
+    username: str | None = None
+    password: SecretStr | None = None  # discouraged: password_env or password_file
+    password_env: str | None = None
+    password_file: Path | None = None
+    tls: bool = False  # TLS to the broker (tls_ca: its CA; tls_cert/tls_key: a client cert)
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    topic: str = "{prefix}/{db}/{table}"  # placeholders: {prefix} {db} {table} {pipeline}
+    prefix: str | None = None  # default: the pipeline name
+    qos: Literal[1, 2] = 1
+    envelope: bool = False  # the whole change envelope instead of the short notice
+    max_in_flight: int = Field(1000, ge=1, le=1_000_000)  # unacknowledged notices at most
+    keepalive_s: int = Field(30, ge=5)
+    reconnect_initial_s: float = Field(0.1, gt=0)
+    reconnect_max_s: float = Field(5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> MqttSinkConfig:
+        given = [k for k in ("password", "password_env", "password_file") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give only one of {', '.join(given)}")
+        return self
+
+    def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
+        return resolve_secret(self, "sinks.mqtt", environ)
+
+
 class SinksConfig(_Strict):
     stdout: StdoutSinkConfig | None = None
     kafka: KafkaSinkConfig | None = None
+    mqtt: MqttSinkConfig | None = None
 
 
 class ColumnFiltersConfig(_Strict):
@@ -404,6 +446,85 @@ class SparkConfig(_Strict):
     verify_max_keys: int = Field(1000, ge=0)  # keys listed per kind of difference and table
 
 
+class RedisSentinelConfig(_Strict):
+    master: str = Field(min_length=1)  # the monitored master's name
+    nodes: list[str] = Field(min_length=1)  # host:port of the sentinels
+    password_env: str | None = None  # the sentinels' own password, if they have one
+
+
+class RedisConfig(_Strict):
+    """The Redis the invalidator works on (redis-py): standalone from `url`, or through
+    Sentinel, or a Cluster."""
+
+    url: str = "redis://127.0.0.1:6379/0"  # rediss:// for TLS; a user name may be in it
+    username: str | None = None
+    password: SecretStr | None = None  # discouraged: password_env or password_file
+    password_env: str | None = None
+    password_file: Path | None = None
+    sentinel: RedisSentinelConfig | None = None
+    cluster: bool = False
+    tls_ca: Path | None = None  # with rediss://: the CA file, and a client certificate
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    timeout_s: float = Field(5.0, gt=0)  # connect and command timeout
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> RedisConfig:
+        if self.sentinel is not None and self.cluster:
+            raise ValueError("give either sentinel or cluster, not both")
+        given = [k for k in ("password", "password_env", "password_file") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give only one of {', '.join(given)}")
+        return self
+
+    def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
+        return resolve_secret(self, "invalidate.redis", environ)
+
+
+class InvalidationRule(_Strict):
+    """Tables (a regex on db.table) and the cache keys their rows map to."""
+
+    table: str = Field(min_length=1)
+    keys: list[str] = []  # templates over the row's columns, {db} and {table}: "user:{id}"
+    action: Literal["delete", "publish", "both"] = "delete"  # UNLINK, PUBLISH, or both
+    channel: str = "replicad:{db}.{table}"  # the PUBLISH channel (a template over db/table)
+    # TRUNCATE, DROP, RENAME: "scan" unlinks every key matching table_key (a pattern);
+    # "generation" increments the counter table_key; "none" does nothing table-wide.
+    table_action: Literal["none", "scan", "generation"] = "none"
+    table_key: str | None = None
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> InvalidationRule:
+        # (the templates' syntax is checked where they are parsed: replicad/invalidate/rules.py)
+        try:
+            re.compile(self.table)
+        except re.error as exc:
+            raise ValueError(f"table: not a regex: {exc}") from None
+        if self.table_action != "none" and not self.table_key:
+            raise ValueError(f"table_action {self.table_action} needs table_key")
+        if not self.keys and self.table_action == "none":
+            raise ValueError("a rule needs keys, a table_action, or both")
+        return self
+
+
+class InvalidateConfig(_Strict):
+    """`replicad invalidate` (docs/invalidate.md): a consumer group over the change topics of
+    sinks.kafka that invalidates cache keys in Redis."""
+
+    group_id: str | None = None  # default: replicad-invalidate-<pipeline>
+    consumer: dict[str, str | int | float | bool] = {}  # librdkafka settings, passed through
+    redis: RedisConfig = RedisConfig()
+    rules: list[InvalidationRule] = []
+    batch_max: int = Field(1000, ge=1)  # messages per poll batch (keys coalesced within it)
+    poll_s: float = Field(0.05, gt=0)  # the longest wait for a batch to fill
+    # A second UNLINK of each deleted key this long after the first (0: none), for read-through
+    # caches: a reader that read the old row just before the commit and fills the cache just
+    # after the first delete is undone by the second. Offsets wait for it.
+    redelete_after_ms: float = Field(0.0, ge=0)
+    retry_initial_s: float = Field(0.1, gt=0)  # Redis away: first retry after this, doubling
+    retry_max_s: float = Field(5.0, gt=0)
+
+
 class Config(_Strict):
     pipeline: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     source: SourceConfig = SourceConfig()
@@ -418,6 +539,7 @@ class Config(_Strict):
     relay: RelayConfig = RelayConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
     spark: SparkConfig = SparkConfig()
+    invalidate: InvalidateConfig = InvalidateConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -15,7 +15,12 @@
 #       and the sasl ACL scheme; with `enforce`, a session that has not logged in with SASL
 #       is closed at its first request (enforce.auth.enabled). up restarts an instance whose
 #       users or options changed
-# Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper.
+#   scripts/services.sh redis-instance up|down|kill <dir> <port> [redis-server options]
+#       a private Redis (tests: outages, restarts, a password via --requirepass)
+#   scripts/services.sh mosquitto-instance up|down|kill <dir> <port> [passwd-file]
+#       a private mosquitto (persistent sessions kept across a graceful restart)
+# Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper, redis,
+# mosquitto.
 # `down kafka` stops only the broker (gracefully): s3 keeps its data for the next `up kafka`.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
 set -euo pipefail
@@ -26,7 +31,9 @@ MARIADB_PORT=${REPLICAD_MARIADB_PORT:-3306}
 S3_PORT=${REPLICAD_S3_PORT:-9010}
 KAFKA_PORT=${REPLICAD_KAFKA_PORT:-9092}
 ZK_PORT=${REPLICAD_ZK_PORT:-2181}
-ALL_SERVICES=(mariadb s3 kafka zookeeper)
+REDIS_PORT=${REPLICAD_REDIS_PORT:-6390}  # not 6379: a Redis of someone else's may listen there
+MQTT_PORT=${REPLICAD_MQTT_PORT:-1890}  # not 1883, likewise
+ALL_SERVICES=(mariadb s3 kafka zookeeper redis mosquitto)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 
@@ -588,11 +595,84 @@ zookeeper_status() {
   else echo "zookeeper: down"; fi
 }
 
+# ---------------------------------------------------------------- Redis
+# In memory only (no RDB, no AOF): a restart is an empty cache, as the tests want it.
+redis_dir="$STATE/redis"
+
+redis_instance_cmd() { # redis-instance up|down|kill <dir> <port> [redis-server options...]
+  local action=$1 dir=$2 port=$3; shift 3
+  mkdir -p "$dir"
+  case "$action" in
+    up)
+      apt_install redis-server
+      if pid_alive "$dir/redis.pid" redis-server && tcp_open "$port"; then return 0; fi
+      start_daemon "$dir/redis.pid" "$dir/redis.log" redis-server --bind 127.0.0.1 \
+        --port "$port" --save '' --appendonly no --dir "$dir" "$@"
+      wait_for 20 tcp_open "$port" || { log "redis did not start (see $dir/redis.log)"; exit 1; }
+      log "redis up on 127.0.0.1:$port" ;;
+    down) stop_pid "$dir/redis.pid" redis-server redis 10 ;;
+    kill)
+      if pid_alive "$dir/redis.pid" redis-server; then kill -9 "$(cat "$dir/redis.pid")"; fi
+      rm -f "$dir/redis.pid" ;;
+    *) echo "usage: $0 redis-instance up|down|kill <dir> <port> [options]" >&2; exit 2 ;;
+  esac
+}
+
+redis_up() { redis_instance_cmd up "$redis_dir" "$REDIS_PORT"; }
+redis_down() { redis_instance_cmd down "$redis_dir" "$REDIS_PORT"; }
+redis_status() {
+  if pid_alive "$redis_dir/redis.pid" redis-server && tcp_open "$REDIS_PORT"; then
+    echo "redis: up ($REDIS_PORT)"
+  else echo "redis: down"; fi
+}
+
+# ---------------------------------------------------------------- mosquitto
+# Private brokers only (tests start one each): persistence in its directory, so that a
+# graceful restart keeps the persistent sessions and their queued messages.
+mosquitto_instance_cmd() { # mosquitto-instance up|down|kill <dir> <port> [passwd-file]
+  local action=$1 dir=$2 port=$3 passwd=${4:-}
+  mkdir -p "$dir"
+  case "$action" in
+    up)
+      apt_install mosquitto
+      if pid_alive "$dir/mosquitto.pid" mosquitto && tcp_open "$port"; then return 0; fi
+      {
+        echo "listener $port 127.0.0.1"
+        if [ -n "$passwd" ]; then echo "allow_anonymous false"; echo "password_file $passwd"
+        else echo "allow_anonymous true"; fi
+        echo "persistence true"
+        echo "persistence_location $dir/"
+        echo "log_dest file $dir/mosquitto.log"
+        echo "user root"
+        echo "max_queued_messages 1000000"
+      } >"$dir/mosquitto.conf"
+      start_daemon "$dir/mosquitto.pid" "$dir/stdout.log" mosquitto -c "$dir/mosquitto.conf"
+      wait_for 20 tcp_open "$port" || { log "mosquitto did not start (see $dir)"; exit 1; }
+      log "mosquitto up on 127.0.0.1:$port" ;;
+    down) stop_pid "$dir/mosquitto.pid" mosquitto mosquitto 10 ;;
+    kill)
+      if pid_alive "$dir/mosquitto.pid" mosquitto; then kill -9 "$(cat "$dir/mosquitto.pid")"; fi
+      rm -f "$dir/mosquitto.pid" ;;
+    *) echo "usage: $0 mosquitto-instance up|down|kill <dir> <port> [passwd-file]" >&2; exit 2 ;;
+  esac
+}
+
+mosquitto_dir="$STATE/mosquitto"
+mosquitto_up() { mosquitto_instance_cmd up "$mosquitto_dir" "$MQTT_PORT"; }
+mosquitto_down() { mosquitto_instance_cmd down "$mosquitto_dir" "$MQTT_PORT"; }
+mosquitto_status() {
+  if pid_alive "$mosquitto_dir/mosquitto.pid" mosquitto && tcp_open "$MQTT_PORT"; then
+    echo "mosquitto: up ($MQTT_PORT)"
+  else echo "mosquitto: down"; fi
+}
+
 # ---------------------------------------------------------------- main
 case ${1:-} in
   zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
   zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;
   zk-sasl) shift; zk_sasl_cmd "$@"; exit 0 ;;
+  redis-instance) shift; redis_instance_cmd "$@"; exit 0 ;;
+  mosquitto-instance) shift; mosquitto_instance_cmd "$@"; exit 0 ;;
 esac
 cmd=${1:-up}; shift || true
 wanted=" $* "; [ $# -eq 0 ] && wanted=" ${ALL_SERVICES[*]} "

@@ -109,8 +109,12 @@ class Pipeline:
         if config.sinks.kafka is not None:
             self.kafka = KafkaSink(config.sinks.kafka, config.pipeline, self.filter, values)
             self.sinks.append(self.kafka)
+        if config.sinks.mqtt is not None:
+            from replicad.sinks.mqtt import MqttSink  # aiomqtt only when MQTT is configured
+
+            self.sinks.append(MqttSink(config.sinks.mqtt, config.pipeline, self.filter, values))
         stdout = config.sinks.stdout
-        if stdout is not None or not self.sinks:  # stdout is the default without Kafka
+        if stdout is not None or not self.sinks:  # stdout is the default without a sink
             self.sinks.append(
                 JsonLinesSink(stdout.path if stdout else None, self.filter, config.pipeline, values)
             )

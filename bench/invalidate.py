@@ -1,0 +1,250 @@
+"""`replicad invalidate`: from a commit on MariaDB to the Redis key gone, at an offered load,
+and the invalidations per second it sustains, in one run on this machine.
+
+Pieces: the local MariaDB (scripts/services.sh), a private memory-backed tansu broker (as
+`bench/spark_lag.py`), a private Redis (scripts/services.sh redis-instance), `replicad run`
+publishing to the broker and `replicad invalidate` working on the Redis. Rules: `load:{id}`
+for `load_rows`, written at `--rate` rows/s (transactions of 100 rows), and `probe:{id}` for
+`probe`. Latency: every 50 ms this process sets `probe:1`, commits an update of the probe row,
+and polls Redis until the key is gone; the lag is from the COMMIT's return to the first poll
+that finds no key. Throughput: the invalidator is stopped, `--backlog` row changes are
+committed, and the invalidator is started again: keys deleted per second from its start until
+its group has committed the whole topic (its own start-up included).
+
+    python3 bench/invalidate.py [--rate 5000] [--seconds 30] [--backlog 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, grid, python_env, stop_process
+from bench.e2e import MemoryBroker, percentiles, tansu_binary
+
+PORT = 3306
+DB = "bench_invalidate"
+SERVICES = ROOT / "scripts" / "services.sh"
+
+
+def _connect() -> Any:
+    return pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root",
+                           database=DB, autocommit=False)  # fmt: skip
+
+
+def prepare() -> None:
+    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+        cur.execute(f"USE {DB}")
+        cur.execute("CREATE TABLE load_rows (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute("CREATE TABLE probe (id INT PRIMARY KEY, n BIGINT)")
+        cur.execute("INSERT INTO probe VALUES (1, 0)")
+    conn.commit()
+    conn.close()
+
+
+def writer(rate: int, stop: threading.Event, committed: list[int], first: int = 0) -> None:
+    """`rate` rows/s into load_rows in transactions of 100, upserts over a bounded key range."""
+    conn = _connect()
+    next_id = first
+    period = 100 / rate
+    began = time.perf_counter()
+    sent = 0
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            values = ", ".join(
+                f"({(next_id + i) % 200_000}, {i}, 'n{next_id + i}')" for i in range(100)
+            )
+            cur.execute(f"REPLACE INTO load_rows VALUES {values}")
+            conn.commit()
+            next_id += 100
+            sent += 1
+            committed[0] += 100
+            delay = began + sent * period - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+    conn.close()
+
+
+def prober(cache: redis.Redis, stop: threading.Event, lags: list[float]) -> None:
+    conn = _connect()
+    n = 0
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            n += 1
+            cache.set("probe:1", "cached")
+            cur.execute("UPDATE probe SET n = %s WHERE id = 1", (n,))
+            conn.commit()
+            committed = time.perf_counter()
+            deadline = committed + 10
+            while cache.exists("probe:1") and time.perf_counter() < deadline:
+                time.sleep(0.0005)
+            lags.append(time.perf_counter() - committed)
+            time.sleep(0.05)
+    conn.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition, the offset after its last message, by reading the topic to its end
+    (tansu's high watermarks and partition EOFs are not reliable)."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends",
+                       "enable.auto.commit": False})  # fmt: skip
+    partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
+    reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    ends: dict[int, int] = {}
+    idle = 0
+    while idle < 6:
+        batch = reader.consume(10000, 0.5)
+        idle = idle + 1 if not batch else 0
+        for message in batch:
+            if message.error() is None:
+                ends[message.partition()] = message.offset() + 1
+    reader.close()
+    return ends
+
+
+def _committed_all(bootstrap: str, group: str, topic: str, ends: dict[int, int]) -> bool:
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = reader.committed([TopicPartition(topic, p) for p in ends], 10)
+        return all(c.offset >= ends[c.partition] for c in found)
+    finally:
+        reader.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--backlog", type=int, default=200_000)
+    args = parser.parse_args()
+    binary = tansu_binary()
+    if binary is None:
+        raise SystemExit("no tansu binary: bash scripts/services.sh up kafka installs it")
+    work = Path(tempfile.mkdtemp(prefix="bench-invalidate-"))
+    broker = MemoryBroker(binary, work / "tansu.log")
+    bootstrap = broker.start()
+    redis_port = _free_port()
+    subprocess.run(["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"),
+                    str(redis_port)], check=True)  # fmt: skip
+    cache = redis.Redis(port=redis_port)
+    prepare()
+    config = work / "config.yaml"
+    config.write_text(
+        "pipeline: inv\n"
+        f"source: {{host: 127.0.0.1, port: {PORT}, user: repl, password_env: BENCH_PW, "
+        "server_id: 7996, start: latest}\n"
+        f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}', prefix: inv}}}}\n"
+        f"coordination: {{local: {{path: {work / 'position.json'}}}}}\n"
+        f"filters: {{include: ['{DB}\\..*']}}\n"
+        "invalidate:\n"
+        "  group_id: bench-invalidate\n"
+        f"  redis: {{url: 'redis://127.0.0.1:{redis_port}/0'}}\n"
+        "  rules:\n"
+        f"    - {{table: '{DB}\\.load_rows', keys: ['load:{{id}}']}}\n"
+        f"    - {{table: '{DB}\\.probe', keys: ['probe:{{id}}']}}\n"
+        "log: {format: json, level: info}\n"
+    )
+    env = {**python_env(), "BENCH_PW": "repl"}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    stop = threading.Event()
+    committed = [0]
+    lags: list[float] = []
+
+    def start(name: str, command: list[str]) -> None:
+        with (work / f"{name}.log").open("ab") as log:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "replicad.cli", *command, "-c", str(config)],
+                cwd=ROOT, env=env, stdout=log, stderr=log,
+            )  # fmt: skip
+
+    try:
+        start("replicad", ["run"])
+        start("invalidate", ["invalidate"])
+        time.sleep(5)
+        threads = [
+            threading.Thread(target=writer, args=(args.rate, stop, committed), daemon=True),
+            threading.Thread(target=prober, args=(cache, stop, lags), daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(10)  # warm-up: topics created, the group formed
+        lags.clear()
+        measured_from = committed[0]
+        time.sleep(args.seconds)
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+        offered = committed[0] - measured_from
+
+        # Throughput: a backlog the invalidator works through from a standing start.
+        stop_process(procs.pop("invalidate"), 30)
+        topic = f"inv.{DB}.load_rows"
+        before = sum(_ends(bootstrap, topic).values())  # one partition: its message count
+        conn = _connect()
+        with conn.cursor() as cur:
+            for first in range(0, args.backlog, 10_000):
+                values = ", ".join(f"({first + i}, {i}, 'b')" for i in range(10_000))
+                cur.execute(f"REPLACE INTO load_rows VALUES {values}")
+                conn.commit()
+        conn.close()
+        deadline = time.monotonic() + 300
+        ends = _ends(bootstrap, topic)
+        while sum(ends.values()) < before + args.backlog and time.monotonic() < deadline:
+            time.sleep(1)
+            ends = _ends(bootstrap, topic)
+        began = time.perf_counter()
+        start("invalidate", ["invalidate"])
+        while not _committed_all(bootstrap, "bench-invalidate", topic, ends):
+            time.sleep(0.2)
+        backlog_s = time.perf_counter() - began
+    finally:
+        stop.set()
+        for proc in procs.values():
+            stop_process(proc, 30)
+        broker.stop()
+        subprocess.run(["bash", str(SERVICES), "redis-instance", "down", str(work / "redis"),
+                        str(redis_port)], check=False)  # fmt: skip
+    lag = percentiles(lags) or {}
+    print(
+        f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 10 s warm-up "
+        f"({offered} rows committed, {offered / args.seconds:.0f} rows/s reached); "
+        f"{len(lags)} probes; {os.cpu_count()} CPUs"
+    )
+    print(grid(
+        ("measure", "p50 ms", "p90 ms", "p99 ms", "max ms"),
+        [("commit -> Redis key gone (probe)",
+          *(f"{lag.get(k, 0):.1f}" for k in ("p50", "p90", "p99", "max")))],
+    ))  # fmt: skip
+    print(
+        f"backlog: {args.backlog} changes (UNLINKs) in {backlog_s:.1f} s from the invalidator's "
+        f"start: {args.backlog / backlog_s:.0f} invalidations/s"
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

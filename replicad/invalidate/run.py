@@ -1,0 +1,311 @@
+"""`replicad invalidate -c CONFIG` (docs/invalidate.md): a Kafka consumer group over the
+pipeline's change topics (and its schema topic, for DROP and RENAME) that turns each poll
+batch into one Redis plan (replicad/invalidate/rules.py), applies it pipelined, and commits the
+batch's offsets only once Redis has acknowledged it.
+
+Redis away: the assigned partitions are paused (the consumer keeps polling, so it stays in the
+group) and the same batch is retried with backoff; nothing after it is read, nothing is
+skipped. A rebalance drops the batch held for partitions this instance no longer owns: their
+new owner reads them again from the last commit (an UNLINK twice is harmless). A key's
+messages are in one partition (the row's primary key is the message key), so one row's
+changes are applied in order; a key two rows share (a unique column that moved between rows)
+is only ever deleted, and deletes commute.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from replicad.config import Config
+from replicad.errors import ConfigError, ReplicadError
+from replicad.exit_codes import EXIT_DATA_ERROR
+from replicad.invalidate.redis_target import RedisUnavailableError, apply, check, redis_client
+from replicad.invalidate.rules import Plan, RuleSet
+from replicad.sinks.kafka_admin import shared_settings
+
+log = structlog.get_logger("replicad.invalidate")
+PROGRESS_LOG_S = 10.0
+
+
+class MessageError(ReplicadError):
+    """A message that is not a change envelope: the invalidator stops before it (exit 65),
+    its offset not committed."""
+
+    exit_code = EXIT_DATA_ERROR
+
+
+def topic_pattern(template: str, prefix: str, pipeline: str) -> str:
+    """The change topics' template (`{prefix}.{db}.{table}`) as a subscription regex."""
+    parts = re.split(r"(\{db\}|\{table\})", template)
+    out = []
+    for part in parts:
+        if part in ("{db}", "{table}"):
+            out.append(r"[^.]+" if part == "{db}" else r".+")
+        else:
+            out.append(re.escape(part.format(prefix=prefix, pipeline=pipeline)))
+    return "^" + "".join(out) + "$"
+
+
+@dataclass
+class Batch:
+    plan: Plan
+    offsets: dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
+    redelete_at: float = 0.0
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    changes: int = 0
+    keys_deleted: int = 0
+    notices: int = 0
+    table_wide: int = 0
+    batches: int = 0
+    redis_errors: int = 0
+    rebalanced_batches: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Invalidator:
+    def __init__(self, config: Config) -> None:
+        kafka = config.sinks.kafka
+        if kafka is None:
+            raise ConfigError(
+                "the invalidator reads the change topics of sinks.kafka, which is not configured",
+                key="sinks.kafka",
+            )
+        settings = config.invalidate
+        if not settings.rules:
+            raise ConfigError("no invalidation rules: nothing to do", key="invalidate.rules")
+        self.config = config
+        self.settings = settings
+        self.rules = RuleSet.from_config(settings.rules)
+        prefix = kafka.topic_prefix(config.pipeline)
+        self.schema_topic = kafka.schema_topic.format(prefix=prefix, pipeline=config.pipeline)
+        self.topics = topic_pattern(kafka.topic, prefix, config.pipeline)
+        self.consumer_settings: dict[str, Any] = {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": settings.group_id or f"replicad-invalidate-{config.pipeline}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "topic.metadata.refresh.interval.ms": 5000,  # new tables' topics found soon
+            **shared_settings(kafka),
+            **settings.consumer,
+        }
+        self.redis = redis_client(settings.redis)
+        self.stopping = threading.Event()
+        self.counters = Counters()
+        self._revoked = False
+        self._pending: deque[Batch] = deque()  # applied, waiting for their redelete
+        self._reported = time.monotonic()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        check(self.redis, self.settings.redis)
+        consumer = Consumer(self.consumer_settings, logger=_KafkaLogger())
+        subscriptions = [self.topics] + ([self.schema_topic] if self.schema_topic else [])
+        consumer.subscribe(subscriptions, on_revoke=self._on_revoke)
+        log.info("invalidate_started", group=self.consumer_settings["group.id"],
+                 topics=subscriptions, rules=len(self.rules.rules))  # fmt: skip
+        try:
+            while not self.stopping.is_set():
+                messages = consumer.consume(self.settings.batch_max, self.settings.poll_s)
+                self._revoked = False
+                batch = self._plan(messages)
+                if batch is not None:
+                    self._apply(consumer, batch)
+                self._finish_due(consumer, final=False)
+                self._report()
+            self._finish_due(consumer, final=True)
+        finally:
+            consumer.close()  # leaves the group: the partitions move on at once
+            log.info("invalidate_stopped", **self._figures())
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        # Whatever is held is for partitions that may have moved: their new owner re-reads
+        # from the last commit.
+        self._revoked = True
+        if self._pending:
+            self.counters.rebalanced_batches += len(self._pending)
+            self._pending.clear()
+
+    def _plan(self, messages: list[Message]) -> Batch | None:
+        if not messages:
+            return None
+        plan = Plan()
+        offsets: dict[tuple[str, int], int] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.fatal() or not error.retriable():
+                    raise KafkaException(error)
+                log.warning("kafka_consumer_error", error=str(error))
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            assert topic is not None and partition is not None and offset is not None
+            offsets[(topic, partition)] = offset + 1
+            self.counters.messages += 1
+            value = message.value()
+            if value is None:
+                continue  # a tombstone
+            try:
+                record = orjson.loads(value)
+                if isinstance(record, dict) and "payload" in record and "schema" in record:
+                    record = record["payload"]  # the Debezium-style envelope with schemas
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+                if topic == self.schema_topic:
+                    self.rules.add_schema_event(plan, record)
+                else:
+                    self.rules.add_change(plan, record)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise MessageError(
+                    f"not a change message: {exc}", topic=topic, partition=partition,
+                    offset=offset,
+                ) from None  # fmt: skip
+            except ConfigError as exc:  # a template the table's rows cannot fill
+                exc.with_context(topic=topic, partition=partition, offset=offset)
+                raise
+        if not offsets:
+            return None
+        self.counters.changes += plan.changes
+        return Batch(plan, offsets)
+
+    def _apply(self, consumer: Any, batch: Batch, deletes_only: bool = False) -> bool:
+        """Applies until Redis takes it; False if a rebalance took the batch away meanwhile."""
+        delay = self.settings.retry_initial_s
+        paused: list[TopicPartition] = []
+        try:
+            while True:
+                try:
+                    apply(self.redis, batch.plan, deletes_only=deletes_only)
+                    break
+                except RedisUnavailableError as exc:
+                    self.counters.redis_errors += 1
+                    if not paused:
+                        log.warning("redis_unavailable", error=str(exc), retry_s=delay)
+                    paused = consumer.assignment()
+                    consumer.pause(paused)
+                    deadline = time.monotonic() + delay
+                    while time.monotonic() < deadline:
+                        consumer.poll(min(0.1, self.settings.poll_s))  # stay in the group
+                        if self._revoked:
+                            log.info("invalidate_batch_dropped", reason="rebalance")
+                            self.counters.rebalanced_batches += 1
+                            return False
+                        if self.stopping.is_set():  # stopped while Redis is away:
+                            return False  # the batch stays uncommitted, read again later
+                    delay = min(delay * 2, self.settings.retry_max_s)
+                    paused = consumer.assignment()
+                    consumer.pause(paused)
+            if paused:
+                log.info("redis_recovered")
+        finally:
+            if paused:
+                consumer.resume(consumer.assignment())
+        if not deletes_only:
+            self.counters.batches += 1
+            self.counters.keys_deleted += len(batch.plan.delete)
+            self.counters.notices += sum(len(k) for k in batch.plan.notices.values())
+            self.counters.table_wide += len(batch.plan.table_wide)
+            for event in batch.plan.table_wide:
+                log.info("invalidate_table_wide", action=event.action, target=event.target,
+                         table=f"{event.db}.{event.table}", reason=event.reason)  # fmt: skip
+        redelete = self.settings.redelete_after_ms
+        if deletes_only or not redelete or not batch.plan.delete:
+            if not deletes_only and self._pending:
+                # Offsets are committed in order: this one waits behind earlier redeletes.
+                batch.plan = Plan()
+                batch.redelete_at = 0.0
+                self._pending.append(batch)
+            else:
+                self._commit(consumer, batch)
+            return True
+        batch.redelete_at = time.monotonic() + redelete / 1000.0
+        self._pending.append(batch)
+        return True
+
+    def _finish_due(self, consumer: Any, final: bool) -> None:
+        """Redeletes whose time has come, then their commits, in order (at the end: all)."""
+        while self._pending:
+            head = self._pending[0]
+            wait = head.redelete_at - time.monotonic()
+            if wait > 0:
+                if not final:
+                    return
+                time.sleep(wait)
+            self._pending.popleft()
+            if head.plan.delete and not self._apply(consumer, head, deletes_only=True):
+                self._pending.clear()
+                return
+            self._commit(consumer, head)
+
+    def _commit(self, consumer: Any, batch: Batch) -> None:
+        offsets = [TopicPartition(t, p, o) for (t, p), o in batch.offsets.items()]
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # Partitions that moved: their new owner re-reads (harmless repeats).
+            log.warning("invalidate_commit_failed", error=str(exc))
+
+    def _figures(self) -> dict[str, int]:
+        c = self.counters
+        return {"messages": c.messages, "changes": c.changes, "keys_deleted": c.keys_deleted,
+                "notices": c.notices, "table_wide": c.table_wide, "batches": c.batches,
+                "redis_errors": c.redis_errors,
+                "rebalanced_batches": c.rebalanced_batches}  # fmt: skip
+
+    def _report(self) -> None:
+        if time.monotonic() - self._reported >= PROGRESS_LOG_S:
+            self._reported = time.monotonic()
+            log.info("invalidate_progress", **self._figures())
+
+
+class _KafkaLogger:
+    """librdkafka's own log lines through structlog (else they go raw to stderr)."""
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        # confluent-kafka calls it as logging.Logger.log(level, format, *args)
+        log.log(level, "kafka_client_log", message=message % args if args else message)
+
+
+def run_invalidator(config: Config) -> int:
+    """The command: runs until SIGTERM/SIGINT; the exit status of docs/operations.md."""
+    import signal
+    import sys
+
+    from replicad.exit_codes import EXIT_OK
+    from replicad.service.exits import exit_code
+
+    try:
+        invalidator = Invalidator(config)
+
+        def stop(signum: int, _frame: Any) -> None:
+            log.info("stop_signal", signal=signal.Signals(signum).name)
+            invalidator.stopping.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        invalidator.run()
+        return EXIT_OK
+    except ReplicadError as exc:
+        log.error("invalidate_failed", error=str(exc))
+        print(f"replicad invalidate: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except KafkaException as exc:
+        log.error("invalidate_failed", error=str(exc))
+        print(f"replicad invalidate: {exc}", file=sys.stderr)
+        return exit_code(exc)
