@@ -72,7 +72,14 @@ def check(client: Any, config: RedisConfig) -> None:
     except redis.ResponseError as exc:
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
             raise AuthError(f"Redis refused: {exc}", url=_safe(config.url)) from None
-        raise
+        raise RedisUnavailableError(
+            f"Redis answered PING with {exc}", url=_safe(config.url)
+        ) from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        # Exit 75: a service manager restarts the invalidator until Redis is there.
+        raise RedisUnavailableError(
+            f"Redis is not reachable: {exc}", url=_safe(config.url)
+        ) from None
 
 
 def apply(client: Any, plan: Plan, deletes_only: bool = False) -> None:

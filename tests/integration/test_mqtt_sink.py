@@ -102,12 +102,13 @@ def test_every_change_has_a_notice_through_a_broker_restart_and_the_position_wai
         cur.execute("CREATE TABLE m (id INT PRIMARY KEY, v INT)")
     conn.commit()
     broker = Mosquitto(tmp_path / "mosquitto")
-    broker.up()
     prefix = f"p{uuid.uuid4().hex[:6]}"
-    subscriber = Subscriber(broker.port, f"{prefix}/#")
     daemon = _daemon(tmp_path / "replicad", broker.port, prefix, name)
-    daemon.start()
+    broker.up()
+    subscriber: Subscriber | None = None
     try:
+        subscriber = Subscriber(broker.port, f"{prefix}/#")
+        daemon.start()
 
         def write(first: int, count: int) -> None:
             with conn.cursor() as cur:
@@ -140,7 +141,8 @@ def test_every_change_has_a_notice_through_a_broker_restart_and_the_position_wai
         assert '"mqtt_unavailable"' in log and '"mqtt_reconnected"' in log
         assert daemon.stop() == 0
     finally:
-        subscriber.stop()
+        if subscriber is not None:
+            subscriber.stop()
         if daemon.proc is not None and daemon.proc.poll() is None:
             daemon.proc.kill()
         broker.down()
@@ -152,9 +154,9 @@ def test_wrong_mqtt_credentials_exit_78_naming_the_sink(db, tmp_path) -> None:
     passwd.touch()
     subprocess.run(["mosquitto_passwd", "-b", str(passwd), "replicad", "right"], check=True)
     broker = Mosquitto(tmp_path / "mosquitto", passwd)
-    broker.up()
     daemon = _daemon(tmp_path / "replicad", broker.port, "w", name,
                      ", username: replicad, password_env: TEST_MQTT_PW")  # fmt: skip
+    broker.up()
     try:
         with conn.cursor() as cur:
             cur.execute("CREATE TABLE w (id INT PRIMARY KEY)")

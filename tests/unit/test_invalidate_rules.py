@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 
@@ -127,3 +128,17 @@ def test_the_subscription_pattern_takes_change_topics_only() -> None:
     assert pattern.match("shop.p.db1.odd.name")
     for other in ("shop.p.schema", "shop.p.replicad-positions", "shopXp.db1.users"):
         assert not pattern.match(other), other
+
+
+def test_an_unreachable_redis_at_the_start_is_a_transient_error_naming_it() -> None:
+    from replicad.config import RedisConfig
+    from replicad.invalidate.redis_target import RedisUnavailableError, check, redis_client
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = RedisConfig(url=f"redis://:secret@127.0.0.1:{port}/0", timeout_s=0.5)
+    with pytest.raises(RedisUnavailableError) as error:
+        check(redis_client(config), config)
+    assert f"127.0.0.1:{port}" in str(error.value) and "secret" not in str(error.value)
+    assert error.value.exit_code == 75
