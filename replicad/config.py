@@ -57,6 +57,15 @@ class ReconnectConfig(_Strict):
     jitter: float = Field(0.2, ge=0, le=1)
 
 
+def check_one_secret(section: Any) -> None:
+    """At most one of `password`, `password_env`, `password_file` is given."""
+    given = [
+        k for k in ("password", "password_env", "password_file") if getattr(section, k) is not None
+    ]
+    if len(given) > 1:
+        raise ValueError(f"give only one of {', '.join(given)}")
+
+
 def resolve_secret(section: Any, name: str, environ: Mapping[str, str] | None = None) -> str:
     """A password given as `password`, `password_env` or `password_file` of a config section
     (`name` is its key path, for errors); "" when none is given."""
@@ -103,11 +112,7 @@ class SourceConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_password_source(self) -> SourceConfig:
-        given = [
-            k for k in ("password", "password_env", "password_file") if getattr(self, k) is not None
-        ]
-        if len(given) > 1:
-            raise ValueError(f"give only one of {', '.join(given)}")
+        check_one_secret(self)
         return self
 
     def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
@@ -187,9 +192,7 @@ class MqttSinkConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_password_source(self) -> MqttSinkConfig:
-        given = [k for k in ("password", "password_env", "password_file") if getattr(self, k)]
-        if len(given) > 1:
-            raise ValueError(f"give only one of {', '.join(given)}")
+        check_one_secret(self)
         return self
 
     def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
@@ -472,9 +475,7 @@ class RedisConfig(_Strict):
     def _one_topology(self) -> RedisConfig:
         if self.sentinel is not None and self.cluster:
             raise ValueError("give either sentinel or cluster, not both")
-        given = [k for k in ("password", "password_env", "password_file") if getattr(self, k)]
-        if len(given) > 1:
-            raise ValueError(f"give only one of {', '.join(given)}")
+        check_one_secret(self)
         return self
 
     def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
