@@ -354,6 +354,27 @@ class LogConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class MetricsConfig(_Strict):
+    """Prometheus metrics (/metrics) and health (/healthz, /readyz) over HTTP; off unless
+    `listen` is set."""
+
+    listen: str | None = Field(None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]*):[0-9]{1,5}$")
+    # /healthz fails when the event loop has not run for this long (a hung process)
+    loop_stall_s: float = Field(10.0, gt=0)
+
+
+class HeartbeatConfig(_Strict):
+    """Writes to the primary on an interval, so the position moves while the tables replicad
+    publishes are idle or filtered out (and lag is measurable). Off unless `query` is set."""
+
+    query: str | None = Field(None, min_length=1)  # e.g. REPLACE INTO replicad.heartbeat ...
+    interval_s: float = Field(10.0, gt=0)
+    # warn (log and metric) when the stored position's binlog file is within this many files
+    # of the primary's oldest one (SHOW BINARY LOGS): it is about to be purged
+    retention_warn_files: int = Field(2, ge=0)
+    retention_check_s: float = Field(60.0, gt=0)
+
+
 class RelayRetentionConfig(_Strict):
     """When a sealed segment that every checkpoint has passed may go: once older than
     `keep_s` (kept as an archive for the Spark pipeline meanwhile), or at once while the
@@ -537,6 +558,8 @@ class Config(_Strict):
     coordination: CoordinationConfig = CoordinationConfig()
     schema_: SchemaConfig = Field(SchemaConfig(), alias="schema")
     log: LogConfig = LogConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    heartbeat: HeartbeatConfig = HeartbeatConfig()
     relay: RelayConfig = RelayConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
     spark: SparkConfig = SparkConfig()

@@ -22,7 +22,13 @@ import pytest
 from tests.helpers.daemon_process import PASSWORD_ENV, ROOT, wait_for
 from tests.helpers.ha import HaReplicad
 from tests.helpers.kafka_helpers import consume_all
-from tests.helpers.kafka_run import BackgroundWriter, KafkaReplicad, master_gtid, wait_caught_up
+from tests.helpers.kafka_run import (
+    BackgroundWriter,
+    KafkaReplicad,
+    gtid_reached,
+    master_gtid,
+    wait_caught_up,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -259,7 +265,9 @@ def test_a_new_leader_resumes_an_incremental_snapshot_at_the_next_chunk(
     assert writer.stop() > 0
     target = master_gtid()
     wait_for(
-        lambda: (_zk_position(zookeeper, zk_root, pipeline) or {}).get("mariadb_gtid") == target,
+        lambda: gtid_reached(
+            (_zk_position(zookeeper, zk_root, pipeline) or {}).get("mariadb_gtid"), target
+        ),
         60,
         "the new leader to catch up",
     )
