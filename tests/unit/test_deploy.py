@@ -480,7 +480,12 @@ def test_mysql_is_set_up_for_replicad() -> None:
     script = targets[init[1]]
     run = compose_config("replicad-a")
     text = script.read_text()
-    assert f"'{run.source.user}'@'%'" in text, "the init script creates config's source.user"
+    created = re.findall(r"CREATE USER IF NOT EXISTS '([^']+)'@'%'", text)
+    assert created == [run.source.user], f"the init script creates {created}, not source.user"
+    granted = re.findall(
+        r"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON \*\.\* TO '([^']+)'", text
+    )
+    assert granted == [run.source.user], "source.user needs the replication grants"
     assert f"${{{run.source.password_env}}}" in text, "and gives it the password config reads"
     signal = run.snapshot.signal
     assert f"{signal.database}.{signal.table}" in text, "the snapshot signal table"
