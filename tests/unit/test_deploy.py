@@ -709,3 +709,43 @@ def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
         ["systemd-analyze", "verify", str(instance)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_healthcheck_script_checks(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    health = load_module(ROOT / "deploy/healthcheck.py")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 503)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert health.main(["--url", f"{base}/healthz"]) == 0
+        assert health.main(["--url", f"{base}/readyz"]) == 1
+        assert health.main(["--tcp", f"127.0.0.1:{server.server_port}"]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert health.main(["--tcp", f"127.0.0.1:{server.server_port}", "--timeout", "1"]) == 1
+    alive = tmp_path / "alive"
+    assert health.main(["--fresh-file", str(alive)]) == 1
+    alive.touch()
+    assert health.main(["--fresh-file", str(alive), "--max-age", "30"]) == 0
+    word = f"healthcheck-probe-{tmp_path.name}"
+    assert health.main(["--process", word]) == 1
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", word])
+    try:
+        assert health.main(["--process", word]) == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
