@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import structlog
 
-from replicad.config import Config, load_config
+from replicad.config import Config, load_config, unknown_env_names
 from replicad.coordination.local import (
     LocalPipelineStore,
     LocalPositionStore,
@@ -34,13 +35,17 @@ from replicad.exit_codes import (
 from replicad.relay.decode import input_kind
 from replicad.relay.inspect import inspect_relay, render_report
 from replicad.service.check import run_check
-from replicad.service.daemon import run_until_stopped
 from replicad.service.dump_view import DumpHistory, dump_input
 from replicad.service.exits import exit_code
 from replicad.service.logging import configure_logging
-from replicad.service.operator import PositionValueError, describe_position, resolve_position
-from replicad.service.signals import install_stop_handlers
+from replicad.service.operator import (
+    PositionValueError,
+    describe_position,
+    parse_position_value,
+    resolve_position,
+)
 from replicad.service.status_view import local_pipeline_status, render_status
+from replicad.service.worker import run_worker
 from replicad.source.schema import default_history_path
 
 
@@ -54,10 +59,36 @@ def _position(text: str) -> int:
     return value
 
 
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"a timeout must be more than 0 seconds: {text!r}")
+    return value
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("replicad")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 64 (EX_USAGE, as the README promises), not argparse's 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="replicad", description="MySQL/MariaDB replica that publishes row changes."
     )
+    parser.add_argument("--version", action="version", version=f"replicad {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     dump = commands.add_parser(
         "dump",
@@ -145,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
             "stopped."
         ),
     )
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     actions = position.add_subparsers(dest="action", required=True)
@@ -161,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         action.add_argument(
             "--timeout",
-            type=float,
+            type=_timeout,
             default=60.0,
             help="seconds to wait for the leader to apply a queued change (default 60)",
         )
@@ -295,15 +326,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load(args: argparse.Namespace) -> tuple[Config, str]:
     config = load_config(args.config)
-    configure_logging(config.log.format, config.log.level)
+    _configure_logging(config, config.log.level)
     return config, config.source.resolve_password()
+
+
+def _configure_logging(config: Config, level: str, *others: Config) -> None:
+    """Logging as the config says, then the warnings only a configured log can carry."""
+    configure_logging(config.log.format, level)
+    for name in unknown_env_names(config, *others):
+        # Not an override (no double underscore) nor a variable replicad reads: most likely
+        # a misspelt override such as REPLICAD_SOURCE_HOST; ignored, said out loud.
+        structlog.get_logger("replicad.config").warning(
+            "env_variable_ignored",
+            variable=name,
+            note="not a config override (those join keys with '__', e.g. REPLICAD_SOURCE__HOST)",
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         configs = [load_config(path) for path in args.config or [None]]
         config = configs[0]
-        configure_logging(config.log.format, config.log.level)
+        _configure_logging(config, config.log.level, *configs[1:])
         passwords = [c.source.resolve_password() for c in configs]
         zookeeper = config.coordination.zookeeper
         if zookeeper is None and len(configs) > 1:
@@ -315,23 +359,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"replicad run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
-    async def main_loop() -> None:
-        stop = asyncio.Event()
-        install_stop_handlers(stop, max(c.shutdown.timeout_s for c in configs))
-        if zookeeper is not None:
-            from replicad.service.ha import run_with_zookeeper
-
-            await run_with_zookeeper(configs, passwords, stop)
-            return
-        lock = PositionFileLock(config.coordination.local.path)
-        lock.acquire()  # one daemon per position file; `replicad position` checks it too
-        try:
-            await run_until_stopped(config, passwords[0], stop)
-        finally:
-            lock.release()
-
     try:
-        asyncio.run(main_loop())
+        asyncio.run(run_worker(configs, passwords))
     except ReplicadError as exc:
         # 78 tells systemd not to restart (see deploy/ and docs/operations.md); 75 to restart.
         code = exit_code(exc)
@@ -424,16 +453,21 @@ def _zookeeper(config: Config) -> Any:
 def cmd_status(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        configure_logging(config.log.format, "warning")
-        if _zookeeper(config) is not None:
+        _configure_logging(config, "warning")
+        zk = _zookeeper(config)
+        if zk is not None:
             from replicad.service.ha import zk_status
 
             pipelines = zk_status(config)
+            for p in pipelines:  # which ensemble, not only which node
+                p["store"] = f"zookeeper {zk.hosts} {p['store'].removeprefix('zookeeper ')}"
         else:
             pipelines = [local_pipeline_status(config)]
     except ReplicadError as exc:
         print(f"replicad status: {exc}", file=sys.stderr)
         return exit_code(exc)
+    for p in pipelines:
+        p["config"] = str(Path(args.config).resolve()) if args.config else None
     _emit(args, {"pipelines": pipelines}, "\n\n".join(render_status(p) for p in pipelines))
     return EXIT_OK
 
@@ -443,7 +477,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
-        configure_logging(config.log.format, "warning")
+        _configure_logging(config, "warning")
         if args.action == "request":
             result = snapshots.request_snapshot(
                 config, config.source.resolve_password(), args.table, args.where,
@@ -470,7 +504,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_invalidate(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        configure_logging(config.log.format, config.log.level)
+        _configure_logging(config, config.log.level)
         from replicad.invalidate.run import run_invalidator
     except ConfigError as exc:
         print(f"replicad invalidate: {exc}", file=sys.stderr)
@@ -481,7 +515,7 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
 def cmd_spark(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        configure_logging(config.log.format, config.log.level)
+        _configure_logging(config, config.log.level)
         import pyspark  # noqa: F401  (the optional extra: a clear message when it is missing)
 
         from replicad.spark.run import run_job
@@ -504,8 +538,10 @@ def cmd_spark(args: argparse.Namespace) -> int:
 def cmd_position(args: argparse.Namespace) -> int:
     log = structlog.get_logger("replicad.cli")
     try:
+        if args.action == "set":
+            parse_position_value(args.value)  # the syntax first, offline: 64, not a timeout
         config = load_config(args.config)
-        configure_logging(config.log.format, "info")
+        _configure_logging(config, "info")
         zk = _zookeeper(config)
         if args.action == "show":
             if zk is not None:

@@ -11,6 +11,7 @@ by double underscores; values are read as YAML scalars (`REPLICAD_SOURCE__PORT=3
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -49,6 +50,19 @@ class StartConfig(_Strict):
     gtid: str | None = None
     file: str | None = None
     pos: int = Field(4, ge=4)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> StartConfig:
+        # `{}` used to fall through to "latest"-like surprises at connect time, and a gtid
+        # with a file silently ignored the file: say so before anything connects.
+        if (self.gtid is None) == (self.file is None):
+            raise ValueError(
+                "source.start takes exactly one of {gtid: ...} or {file: ..., pos: ...}"
+                + (" (got both)" if self.gtid is not None else " (got neither)")
+            )
+        if self.gtid is not None and "pos" in self.model_fields_set:
+            raise ValueError("source.start.pos goes with file, not with gtid")
+        return self
 
 
 class ReconnectConfig(_Strict):
@@ -161,9 +175,65 @@ class KafkaSinkConfig(_Strict):
     # Back-pressure: at most this many unacknowledged messages (librdkafka's queue).
     max_in_flight: int = Field(100_000, ge=1, le=10_000_000)
     producer: dict[str, str | int | float | bool] = {}  # librdkafka settings, passed through
+    sasl: KafkaSaslConfig | None = None  # SASL credentials kept out of `producer:`
+
+    @model_validator(mode="after")
+    def _sasl_given_once(self) -> KafkaSinkConfig:
+        if self.sasl is not None:
+            for setting in self.sasl.settings_names():
+                if setting in self.producer:
+                    raise ValueError(
+                        f"sinks.kafka.sasl and sinks.kafka.producer both give {setting}: "
+                        "keep one (the password belongs in sasl.password_env or password_file)"
+                    )
+        return self
 
     def topic_prefix(self, pipeline: str) -> str:
         return self.prefix if self.prefix is not None else pipeline
+
+    def client_settings(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """librdkafka settings from `sasl` (the password resolved now), for every client
+        built from this sink's settings: producer, admin, consumers, Spark's options."""
+        return {} if self.sasl is None else self.sasl.librdkafka(environ)
+
+
+class KafkaSaslConfig(_Strict):
+    """SASL credentials for Kafka, the password from a variable or a file like the
+    source's (an inline `sasl.password` in `producer:` is still read, but not with this)."""
+
+    mechanism: str | None = None  # sasl.mechanism, e.g. SCRAM-SHA-512 or PLAIN
+    username: str | None = Field(None, min_length=1)  # sasl.username
+    password: SecretStr | None = None  # discouraged: password_env or password_file
+    password_env: str | None = None
+    password_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> KafkaSaslConfig:
+        check_one_secret(self)
+        if self.password is None and self.password_env is None and self.password_file is None:
+            raise ValueError(
+                "sinks.kafka.sasl needs one of password_env, password_file (or password)"
+            )
+        return self
+
+    def settings_names(self) -> list[str]:
+        """The librdkafka settings this block gives (sasl.mechanisms is mechanism's alias)."""
+        names = ["sasl.password"]
+        if self.username is not None:
+            names.append("sasl.username")
+        if self.mechanism is not None:
+            names += ["sasl.mechanism", "sasl.mechanisms"]
+        return names
+
+    def librdkafka(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "sasl.password": resolve_secret(self, "sinks.kafka.sasl", environ)
+        }
+        if self.username is not None:
+            settings["sasl.username"] = self.username
+        if self.mechanism is not None:
+            settings["sasl.mechanism"] = self.mechanism
+        return settings
 
 
 class MqttSinkConfig(_Strict):
@@ -361,6 +431,8 @@ class MetricsConfig(_Strict):
     listen: str | None = Field(None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]*):[0-9]{1,5}$")
     # /healthz fails when the event loop has not run for this long (a hung process)
     loop_stall_s: float = Field(10.0, gt=0)
+    # /readyz fails when transactions wait this long without any acknowledgement (a sink away)
+    ready_ack_stall_s: float = Field(30.0, gt=0)
 
 
 class HeartbeatConfig(_Strict):
@@ -473,7 +545,21 @@ class SparkConfig(_Strict):
 class RedisSentinelConfig(_Strict):
     master: str = Field(min_length=1)  # the monitored master's name
     nodes: list[str] = Field(min_length=1)  # host:port of the sentinels
-    password_env: str | None = None  # the sentinels' own password, if they have one
+    # The sentinels' own password, if they have one (as for the master: env or file).
+    password: SecretStr | None = None  # discouraged: password_env or password_file
+    password_env: str | None = None
+    password_file: Path | None = None
+    # Offsets are committed only once this many replicas have the batch's deletes (WAIT):
+    # an unreplicated delete on a master that a failover replaces is lost, its key stale.
+    wait_replicas: int = Field(1, ge=0)
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> RedisSentinelConfig:
+        check_one_secret(self)
+        return self
+
+    def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
+        return resolve_secret(self, "invalidate.redis.sentinel", environ)
 
 
 class RedisConfig(_Strict):
@@ -577,14 +663,68 @@ class Config(_Strict):
         return self
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+# `REPLICAD_` variables that are not overrides. The program's own switches, and the test
+# suite's and CI's knobs (tests/, .ci/, scripts/): the daemons the tests start inherit them.
+ENV_NOT_OVERRIDES = frozenset(
+    {
+        "REPLICAD_PURE_PYTHON",  # replicad.binlog: the pure-Python decoders
+        "REPLICAD_REQUIRE_SPEEDUPS",  # replicad.binlog: fail without the compiled decoder
+        "REPLICAD_MASK_SALT",  # filters.columns.salt_env's default
+        "REPLICAD_SOURCE_PASSWORD",  # config.example.yaml's source.password_env
+        "REPLICAD_HA_ITERATIONS",
+        "REPLICAD_HA_REPEAT",
+        "REPLICAD_HA_REPORT",
+        "REPLICAD_HA_STRICT_FAILOVER",
+        "REPLICAD_RELAY_CRASH_ITERATIONS",
+        "REPLICAD_RELAY_OUTAGE_S",
+        "REPLICAD_SERVICES_DIR",
+        "REPLICAD_ZK_SASL_USERS",
+        "REPLICAD_KAFKA_PORT",
+        "REPLICAD_MARIADB_PORT",
+        "REPLICAD_MQTT_PORT",
+        "REPLICAD_REDIS_PORT",
+        "REPLICAD_S3_PORT",
+        "REPLICAD_ZK_PORT",
+    }
+)
+ENV_TEST_PREFIX = "REPLICAD_TEST_"  # free for tests: never an override, never warned about
+
+
+def _sections() -> list[str]:
+    return [field.alias or name for name, field in Config.model_fields.items()]
+
+
+def _env_path(name: str) -> list[str] | None:
+    """The key path a variable overrides; None when it is not an override. The rule: a
+    `REPLICAD_` name with a double underscore, or naming a top-level key by itself, is an
+    override (and must name a section: a misspelt one is refused); any other is not."""
+    if not name.startswith(ENV_PREFIX) or name.startswith(ENV_TEST_PREFIX):
+        return None
+    path = name[len(ENV_PREFIX) :].lower().split("__")
+    if len(path) == 1 and path[0] not in _sections():
+        return None
+    if path[0] not in _sections():
+        close = difflib.get_close_matches(path[0], _sections(), n=1)
+        raise ConfigError(
+            f"environment variable {name} overrides no config section {path[0]!r}"
+            + (f" (did you mean {ENV_PREFIX}{close[0].upper()}__...?)" if close else ""),
+            key=path[0],
+            env=name,
+        )
+    if "" in path:
+        raise ConfigError(f"environment variable {name} has an empty key part", env=name)
+    return path
+
+
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, tuple[str, ...]]]:
+    """The override tree, and which variable set which key path (for errors)."""
     tree: dict[str, Any] = {}
-    top_level = {field.alias or name for name, field in Config.model_fields.items()}
-    for name, raw in environ.items():
-        path = name[len(ENV_PREFIX) :].lower().split("__")
-        # Only variables naming a config section count (REPLICAD_PURE_PYTHON etc. are not).
-        if not name.startswith(ENV_PREFIX) or path[0] not in top_level:
+    origins: dict[str, tuple[str, ...]] = {}
+    for name, raw in sorted(environ.items()):
+        path = _env_path(name)
+        if path is None:
             continue
+        origins[name] = tuple(path)
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
@@ -593,9 +733,50 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"environment variable {name} conflicts with another", key=name)
+                raise ConfigError(f"environment variable {name} conflicts with another", env=name)
         node[path[-1]] = value
-    return tree
+    return tree, origins
+
+
+def unknown_env_names(*configs: Config, environ: Mapping[str, str] | None = None) -> list[str]:
+    """`REPLICAD_` variables that are neither overrides, nor in ENV_NOT_OVERRIDES, nor named
+    by one of the configs (a `*_env` key): likely a misspelt override (single underscores)."""
+    environ = os.environ if environ is None else environ
+    named = {name for config in configs for name in _env_names_in(config)}
+    return sorted(
+        name
+        for name in environ
+        if name.startswith(ENV_PREFIX)
+        and not name.startswith(ENV_TEST_PREFIX)
+        and name not in ENV_NOT_OVERRIDES
+        and name not in named
+        and _env_path(name) is None
+    )
+
+
+def _env_names_in(model: BaseModel) -> list[str]:
+    names: list[str] = []
+    for field in type(model).model_fields:
+        value = getattr(model, field)
+        if field.endswith("_env") and isinstance(value, str):
+            names.append(value)
+        elif isinstance(value, BaseModel):
+            names += _env_names_in(value)
+        elif isinstance(value, list):
+            names += [
+                n for item in value if isinstance(item, BaseModel) for n in _env_names_in(item)
+            ]
+    return names
+
+
+def _env_source(loc: tuple[str, ...], origins: Mapping[str, tuple[str, ...]]) -> str | None:
+    """The variable behind an error at `loc` (its path in order within the error's location,
+    which also holds union member tags)."""
+    for name, path in origins.items():
+        parts = iter(loc)
+        if all(part in parts for part in path):
+            return name
+    return None
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -630,19 +811,42 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError("config file must hold a mapping at the top", file=str(path))
         data = loaded
-    data = _merge(data, _env_overrides(environ))
+    overrides, origins = _env_overrides(environ)
+    data = _merge(data, overrides)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-"))
+        errors = _readable(exc.errors())
+        first = errors[0]
+        loc = tuple(str(p) for p in first["loc"])
+        key = ".".join(_key_parts(loc))
         value = "***" if "password" in key else _redact(first.get("input"))
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{'.'.join(_key_parts(e['loc']))}: {e['msg']}" for e in errors)
         raise ConfigError(
-            f"invalid configuration: {problems}", key=key or None, value=_short(value)
+            f"invalid configuration: {problems}",
+            key=key or None,
+            value=_short(value),
+            env=_env_source(loc, origins),
         ) from None
+
+
+def _key_parts(loc: Any) -> list[str]:
+    # pydantic's union member tags (literal[...], function-after[...], the class name of a
+    # member) are no key an operator can write
+    return [str(p) for p in loc if "[" not in str(p) and not _member_tag(str(p))]
+
+
+def _member_tag(part: str) -> bool:
+    return part[:1].isupper() and part.endswith("Config")
+
+
+def _readable(errors: list[Any]) -> list[Any]:
+    """A mapping given for a key that takes a word or a mapping (source.start) fails as the
+    mapping; the word's complaint beside it is noise."""
+    kept = [
+        e for e in errors if not (e["type"] == "literal_error" and isinstance(e.get("input"), dict))
+    ]
+    return kept or errors
 
 
 def _redact(value: object) -> object:

@@ -19,6 +19,8 @@
 #       a private Redis (tests: outages, restarts, a password via --requirepass)
 #   scripts/services.sh mosquitto-instance up|down|kill <dir> <port> [passwd-file]
 #       a private mosquitto (persistent sessions kept across a graceful restart)
+#   scripts/services.sh prometheus-instance up|down <dir> <port> <config file>
+#       a private Prometheus (tests: it scrapes `replicad run`'s /metrics)
 # Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper, redis,
 # mosquitto.
 # `down kafka` stops only the broker (gracefully): s3 keeps its data for the next `up kafka`.
@@ -599,6 +601,9 @@ zookeeper_status() {
 # In memory only (no RDB, no AOF): a restart is an empty cache, as the tests want it.
 redis_dir="$STATE/redis"
 
+# redis-server options may make an instance TLS-only (--port 0 --tls-port <port> ...), a
+# cluster node (--cluster-enabled yes), a replica, or, starting with --sentinel, a Sentinel
+# (--sentinel --sentinel monitor <name> 127.0.0.1 <master port> <quorum> ...).
 redis_instance_cmd() { # redis-instance up|down|kill <dir> <port> [redis-server options...]
   local action=$1 dir=$2 port=$3; shift 3
   mkdir -p "$dir"
@@ -606,7 +611,11 @@ redis_instance_cmd() { # redis-instance up|down|kill <dir> <port> [redis-server 
     up)
       apt_install redis-server
       if pid_alive "$dir/redis.pid" redis-server && tcp_open "$port"; then return 0; fi
-      start_daemon "$dir/redis.pid" "$dir/redis.log" redis-server --bind 127.0.0.1 \
+      local conf=()
+      # A Sentinel (options starting with --sentinel) must have a config file: it writes
+      # what it learns of the topology there. Options after the file are appended to it.
+      if [ "${1:-}" = --sentinel ]; then touch "$dir/sentinel.conf"; conf=("$dir/sentinel.conf"); fi
+      start_daemon "$dir/redis.pid" "$dir/redis.log" redis-server "${conf[@]}" --bind 127.0.0.1 \
         --port "$port" --save '' --appendonly no --dir "$dir" "$@"
       wait_for 20 tcp_open "$port" || { log "redis did not start (see $dir/redis.log)"; exit 1; }
       log "redis up on 127.0.0.1:$port" ;;
@@ -629,8 +638,9 @@ redis_status() {
 # ---------------------------------------------------------------- mosquitto
 # Private brokers only (tests start one each): persistence in its directory, so that a
 # graceful restart keeps the persistent sessions and their queued messages.
-mosquitto_instance_cmd() { # mosquitto-instance up|down|kill <dir> <port> [passwd-file]
-  local action=$1 dir=$2 port=$3 passwd=${4:-}
+# With a certificate and its key the listener speaks TLS only (passwd-file '' for none).
+mosquitto_instance_cmd() { # mosquitto-instance up|down|kill <dir> <port> [passwd-file] [cert key]
+  local action=$1 dir=$2 port=$3 passwd=${4:-} cert=${5:-} key=${6:-}
   mkdir -p "$dir"
   case "$action" in
     up)
@@ -638,6 +648,7 @@ mosquitto_instance_cmd() { # mosquitto-instance up|down|kill <dir> <port> [passw
       if pid_alive "$dir/mosquitto.pid" mosquitto && tcp_open "$port"; then return 0; fi
       {
         echo "listener $port 127.0.0.1"
+        if [ -n "$cert" ]; then echo "certfile $cert"; echo "keyfile $key"; fi
         if [ -n "$passwd" ]; then echo "allow_anonymous false"; echo "password_file $passwd"
         else echo "allow_anonymous true"; fi
         echo "persistence true"
@@ -653,7 +664,8 @@ mosquitto_instance_cmd() { # mosquitto-instance up|down|kill <dir> <port> [passw
     kill)
       if pid_alive "$dir/mosquitto.pid" mosquitto; then kill -9 "$(cat "$dir/mosquitto.pid")"; fi
       rm -f "$dir/mosquitto.pid" ;;
-    *) echo "usage: $0 mosquitto-instance up|down|kill <dir> <port> [passwd-file]" >&2; exit 2 ;;
+    *) echo "usage: $0 mosquitto-instance up|down|kill <dir> <port> [passwd-file] [cert key]" >&2
+       exit 2 ;;
   esac
 }
 
@@ -666,8 +678,29 @@ mosquitto_status() {
   else echo "mosquitto: down"; fi
 }
 
+# ---------------------------------------------------------------- prometheus
+prometheus_instance_cmd() { # prometheus-instance up|down <dir> <port> <config file>
+  local action=${1:-} dir=${2:-} port=${3:-} config=${4:-}
+  [ -n "$dir" ] && [ -n "$port" ] || { echo "usage: $0 prometheus-instance up|down <dir> <port> <config>" >&2; exit 2; }
+  mkdir -p "$dir"
+  case "$action" in
+    up)
+      [ -f "$config" ] || { echo "prometheus-instance: no config file $config" >&2; exit 2; }
+      apt_install prometheus
+      if pid_alive "$dir/prometheus.pid" prometheus && tcp_open "$port"; then return 0; fi
+      start_daemon "$dir/prometheus.pid" "$dir/prometheus.log" prometheus \
+        --config.file="$config" --web.listen-address="127.0.0.1:$port" \
+        --storage.tsdb.path="$dir/data" --web.enable-lifecycle
+      wait_for 30 tcp_open "$port" || { log "prometheus did not start (see $dir/prometheus.log)"; exit 1; }
+      log "prometheus up on 127.0.0.1:$port" ;;
+    down) stop_pid "$dir/prometheus.pid" prometheus prometheus 10 ;;
+    *) echo "usage: $0 prometheus-instance up|down <dir> <port> <config>" >&2; exit 2 ;;
+  esac
+}
+
 # ---------------------------------------------------------------- main
 case ${1:-} in
+  prometheus-instance) shift; prometheus_instance_cmd "$@"; exit 0 ;;
   zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
   zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;
   zk-sasl) shift; zk_sasl_cmd "$@"; exit 0 ;;

@@ -385,6 +385,11 @@ class RelayedStream:
         if logged:
             log.info("relay_resumed", bytes=self._relay_bytes())
 
+    def usage(self) -> tuple[int, int]:
+        """(bytes, segment files) of the relay, for metrics (read from another thread: only
+        copies of the manifest's list are iterated)."""
+        return self._relay_bytes(), len(self.writer.manifest.segments)
+
     def _relay_bytes(self) -> int:
         total = 0
         for info in self.writer.manifest.segments[:-1]:

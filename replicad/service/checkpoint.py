@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -35,8 +35,11 @@ class Checkpointer:
         history: SchemaHistory,
         interval_s: float,
         stored: Position | None,
+        on_acked: Callable[[int], None] | None = None,
     ) -> None:
         self.sinks = sinks
+        # Told the highest mark every sink acknowledged whenever it is looked up (metrics).
+        self.on_acked = on_acked
         self.store = store
         self.history = history
         self.interval_s = interval_s
@@ -45,11 +48,13 @@ class Checkpointer:
         self._seq = 0
         self._last_save = time.monotonic()
 
-    def mark(self, position: Position, transaction_end: bool = True) -> None:
+    def mark(self, position: Position, transaction_end: bool = True) -> int:
+        """Place the next mark; returns its number."""
         self._seq += 1
         self._marks.append((self._seq, position))
         for sink in self.sinks:
             sink.mark(self._seq, position, transaction_end)
+        return self._seq
 
     @property
     def backlogged(self) -> bool:
@@ -61,12 +66,19 @@ class Checkpointer:
 
     def acknowledged(self) -> Position | None:
         """The position after the last mark every sink acknowledged (None: none new)."""
-        acked = min(sink.acked() for sink in self.sinks)
+        acked = self.observe()
         position = None
         marks = self._marks
         while marks and marks[0][0] <= acked:
             position = marks.popleft()[1]
         return position
+
+    def observe(self) -> int:
+        """The highest mark every sink acknowledged (told to `on_acked` too)."""
+        acked = min(sink.acked() for sink in self.sinks)
+        if self.on_acked is not None:
+            self.on_acked(acked)
+        return acked
 
     def due(self) -> bool:
         return time.monotonic() - self._last_save >= self.interval_s

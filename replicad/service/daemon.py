@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +42,8 @@ from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.relay.stream import RelayedStream
 from replicad.service.checkpoint import Checkpointer
+from replicad.service.heartbeat import heartbeat_writes, retention_checks
+from replicad.service.telemetry import Telemetry
 from replicad.sinks.base import Sink
 from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
@@ -88,9 +91,11 @@ class Pipeline:
         lease: Lease | None = None,
         inbox: CommandInbox | None = None,
         requests: RequestInbox | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.config = config
         self.password = password
+        self.telemetry = telemetry or Telemetry()
         self.store: PipelineStore = store or LocalPipelineStore(
             config.coordination.local.path,
             config.schema_.history_path or default_history_path(config.coordination.local.path),
@@ -159,6 +164,18 @@ class Pipeline:
         self._chunk_reader: ChunkReader | None = None
         self._chunk_task: asyncio.Task[None] | None = None
         self._plans: dict[str, TablePlan] = {}
+        # For metrics and health (service/telemetry.py reads them when scraped): plain
+        # counters, so that no prometheus-client call sits on the per-row path.
+        self.table_rows: dict[tuple[str, str, str], int] = {}  # (db, table, op) -> rows
+        self.table_bytes: dict[tuple[str, str, str], int] = {}  # binlog bytes of their events
+        self.streaming = False  # reading the binlog (past the start and any snapshot)
+        self.last_heard = time.monotonic()  # the last transaction or heartbeat from the source
+        self._caught_up = False  # a heartbeat (the primary had nothing more) came last
+        # Transactions read and not yet acknowledged: (mark, commit time, read at).
+        self._unacked: deque[tuple[int, float, float]] = deque()
+        self._ack_progress_at = time.monotonic()
+        # Silence beyond this: the source may have more than we know (no heartbeat came).
+        self._silence_s = 2 * config.source.heartbeat_s + 1.0
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -412,6 +429,8 @@ class Pipeline:
             if sink.backlogged:
                 await sink.wait_for_room()
         self.rows += 1
+        key = (change.db, change.table, change.op)
+        self.table_rows[key] = self.table_rows.get(key, 0) + 1
 
     async def run(self) -> None:
         self.committed = await self.resolve_start()
@@ -421,10 +440,21 @@ class Pipeline:
             self.history,
             self.config.checkpoint.interval_s,
             stored=self.store.load_position(),
+            on_acked=self._acknowledged,
         )
         # Both tasks take the gate; whichever fails first ends the pipeline with its error.
         streaming = asyncio.create_task(self._stream(checkpointer))
         ticker = asyncio.create_task(self._tick())
+        # Heartbeat writes and the binlog retention check: beside the pipeline, never fatal.
+        helpers = [
+            asyncio.create_task(
+                retention_checks(self.config, self.password, lambda: self.stored, self.telemetry)
+            )
+        ]
+        if self.config.heartbeat.query is not None:
+            helpers.append(
+                asyncio.create_task(heartbeat_writes(self.config, self.password, self.telemetry))
+            )
         try:
             await asyncio.wait({streaming, ticker}, return_when=asyncio.FIRST_COMPLETED)
             if ticker.done() and not streaming.done():
@@ -434,6 +464,9 @@ class Pipeline:
         finally:
             streaming.cancel()
             ticker.cancel()
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
@@ -451,8 +484,12 @@ class Pipeline:
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease
         signal = self._signal
+        table_rows, table_bytes = self.table_rows, self.table_bytes
+        self.streaming = True
         async for unit in self.stream.units(self.committed.with_snapshot(None)):
+            self.last_heard = time.monotonic()
             if isinstance(unit, HeartbeatEvent):
+                self._caught_up = not self._in_transaction
                 # While the primary is quiet its heartbeats are the boundaries at which a
                 # due command (or a stop) ends the pipeline: no transaction is in flight.
                 if (self._stop_requested or self.command is not None) and not self._in_transaction:
@@ -463,6 +500,7 @@ class Pipeline:
                 if self._tick_failure is not None:  # a sink failed while the source was quiet
                     raise self._tick_failure
                 if isinstance(unit, Reconnected):
+                    self.telemetry.reconnects.labels(self.config.pipeline).inc()
                     # The transaction in flight (if any) is sent again from its start.
                     skip = max(skip, delivered) if self._in_transaction else skip
                     log.info(
@@ -526,12 +564,14 @@ class Pipeline:
                         else:
                             for change in changes:
                                 self.snapshots.touches(change)
+                    published = 0
                     for change in changes:
                         if delivered < skip:
                             delivered += 1
                             continue
                         delivered += 1
                         if wanted:
+                            published += 1
                             if lease is not None and not lease.valid:
                                 await self._wait_for_lease(lease)
                             change = self.filter.prepared(change)
@@ -545,6 +585,10 @@ class Pipeline:
                         if delivered % rows_per_mark == 0:
                             checkpointer.mark(self.committed.with_row(delivered), False)
                             await self._after_mark(checkpointer)
+                    if published:
+                        key = (change.db, change.table, change.op)
+                        table_rows[key] = table_rows.get(key, 0) + published
+                        table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
                 if unit.end is None:
                     continue  # a part of a large transaction: the rest follows
                 now = time.time()
@@ -554,7 +598,12 @@ class Pipeline:
                 # Snapshot progress rides with the position: durable exactly when the reads
                 # before it are acknowledged.
                 end = unit.end if self._progress is None else unit.end.with_snapshot(self._progress)
-                checkpointer.mark(end, True)
+                if not self._unacked:
+                    self._ack_progress_at = time.monotonic()  # the stall clock starts now
+                self._unacked.append(
+                    (checkpointer.mark(end, True), unit.commit_ts, time.monotonic())
+                )
+                self._caught_up = False
                 self.committed = end
                 self._in_transaction = False
                 self.transactions += 1
@@ -753,6 +802,56 @@ class Pipeline:
                 pass
         await self._close_chunk_reader()
 
+    def _acknowledged(self, acked: int) -> None:
+        """Every sink acknowledged the marks up to `acked`: their latencies, the lag."""
+        unacked = self._unacked
+        if not unacked or unacked[0][0] > acked:
+            return
+        now_wall, now_mono = time.time(), time.monotonic()
+        name = self.config.pipeline
+        commit_to_ack = self.telemetry.commit_to_ack.labels(name)
+        read_to_ack = self.telemetry.read_to_ack.labels(name)
+        while unacked and unacked[0][0] <= acked:
+            _, commit_ts, read_at = unacked.popleft()
+            commit_to_ack.observe(max(0.0, now_wall - commit_ts))
+            read_to_ack.observe(now_mono - read_at)
+        self._ack_progress_at = now_mono
+
+    def lag_seconds(self, now_wall: float, now_mono: float) -> float:
+        """How far the acknowledged position is behind the primary: the age of the oldest
+        transaction not yet acknowledged, else how far behind the last one read was when it
+        was read (0 once a heartbeat said the primary has nothing newer), and at least the
+        silence since the source was last heard from beyond its heartbeat period. Called
+        from the metrics thread: reads only."""
+        lag = 0.0
+        with contextlib.suppress(IndexError):  # emptied by the event loop meanwhile
+            lag = now_wall - self._unacked[0][1]
+        if not self._caught_up:
+            lag = max(lag, self.lag_s)
+        silence = now_mono - self.last_heard
+        if silence > self._silence_s:
+            lag = max(lag, silence)
+        return max(0.0, lag)
+
+    def publishing_problem(self, now_mono: float, ack_stall_s: float) -> str | None:
+        """Why this leading pipeline is not publishing (None: it is), for /readyz."""
+        if self._tick_failure is not None:
+            return f"a sink failed: {self._tick_failure}"
+        waiting = len(self._unacked)
+        if waiting and now_mono - self._ack_progress_at > ack_stall_s:
+            return (
+                f"no acknowledgement from the sinks for {now_mono - self._ack_progress_at:.0f} s "
+                f"({waiting} transactions waiting)"
+            )
+        silence = now_mono - self.last_heard
+        if silence > max(3 * self.config.source.heartbeat_s, 10.0):
+            return f"nothing from the primary for {silence:.0f} s"
+        return None
+
+    def relay_usage(self) -> tuple[int, int] | None:
+        """(bytes, segments) of the relay log, if there is one."""
+        return self.stream.usage() if isinstance(self.stream, RelayedStream) else None
+
     def status(self) -> dict[str, Any]:
         """What `replicad status` shows for this pipeline."""
         return {
@@ -809,6 +908,8 @@ class Pipeline:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
+                    elif self.telemetry.serving:  # latencies and readiness between checkpoints
+                        self.checkpointer.observe()
                     if self._snapshot is None:  # not during the initial snapshot
                         self._serve_requests(self.checkpointer.stored)
                         self._start_chunk()
@@ -898,6 +999,7 @@ async def run_until_stopped(
     lease: Lease | None = None,
     inbox: CommandInbox | None = None,
     requests: RequestInbox | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Pipeline:
     """Run the pipeline until `stop` is set; the transaction in flight is finished first
     (for at most 40 % of shutdown.timeout_s: a sink that cannot deliver must not block the
@@ -905,7 +1007,8 @@ async def run_until_stopped(
     A pipeline that lost its lease (LeadershipLostError), or failed while its lease was not
     valid, ends without a final checkpoint and without sending what its sinks still queue
     (another leader owns the position now) and raises LeadershipLostError."""
-    pipeline = Pipeline(config, password, store, lease, inbox, requests)
+    pipeline = Pipeline(config, password, store, lease, inbox, requests, telemetry)
+    pipeline.telemetry.attach(pipeline)
     task = asyncio.create_task(pipeline.run())
     stopper = asyncio.create_task(stop.wait())
     failed = lost = False
@@ -939,6 +1042,8 @@ async def run_until_stopped(
             raise
         except BaseException as exc:
             failed = True
+            if isinstance(exc, Exception):
+                pipeline.telemetry.errors.labels(config.pipeline, type(exc).__name__).inc()
             # Failing without a valid lease (e.g. a process that slept past its session and
             # whose Kafka producer was fenced meanwhile), or because ZooKeeper stopped
             # answering (the lease may still look valid for a moment, the drain would outlast
@@ -963,10 +1068,13 @@ async def run_until_stopped(
             ) from exc
     finally:
         stopper.cancel()
-        if lost:
-            await pipeline.abandon()
-        else:
-            await pipeline.close(failed, drain_s)
+        try:
+            if lost:
+                await pipeline.abandon()
+            else:
+                await pipeline.close(failed, drain_s)
+        finally:
+            pipeline.telemetry.detach(pipeline)
     log.info(
         "stopped",
         position=str(pipeline.stored),

@@ -60,6 +60,7 @@ from replicad.service.daemon import Pipeline, run_until_stopped
 from replicad.service.exits import needs_operator
 from replicad.service.operator import resolve_position
 from replicad.service.status_view import zk_pipeline_status
+from replicad.service.telemetry import Telemetry
 from replicad.sinks.base import ProducerFencedError
 from replicad.source.schema import snapshot
 from replicad.source.stream import open_connection
@@ -71,7 +72,10 @@ T = TypeVar("T")
 
 
 async def run_with_zookeeper(
-    configs: Sequence[Config], passwords: Sequence[str], stop: asyncio.Event
+    configs: Sequence[Config],
+    passwords: Sequence[str],
+    stop: asyncio.Event,
+    telemetry: Telemetry | None = None,
 ) -> None:
     """Run every pipeline of `configs` that this worker gets to lead, until `stop`."""
     zk = configs[0].coordination.zookeeper
@@ -92,6 +96,8 @@ async def run_with_zookeeper(
     if len(set(names)) != len(names):
         raise ConfigError("two config files name the same pipeline", value=names)
     client = ZkClient(zk)
+    telemetry = telemetry or Telemetry()
+    telemetry.zookeeper = client  # /readyz: a standby is ready only with a live session
     try:
         started = await _unless_stopped(client.start_async(), stop)
         if started is None:
@@ -100,7 +106,7 @@ async def run_with_zookeeper(
         started.result()  # a refused login raises here
         slots = LeadershipSlots(zk.max_pipelines)
         tasks = [
-            asyncio.create_task(_lead(config, password, client, slots, stop))
+            asyncio.create_task(_lead(config, password, client, slots, stop, telemetry))
             for config, password in zip(configs, passwords, strict=True)
         ]
         try:
@@ -140,7 +146,12 @@ async def _unless_stopped(
 
 
 async def _lead(
-    config: Config, password: str, client: ZkClient, slots: LeadershipSlots, stop: asyncio.Event
+    config: Config,
+    password: str,
+    client: ZkClient,
+    slots: LeadershipSlots,
+    stop: asyncio.Event,
+    telemetry: Telemetry,
 ) -> None:
     """Campaign, lead until stopped or deposed, campaign again."""
     zk = config.coordination.zookeeper
@@ -148,20 +159,23 @@ async def _lead(
     leadership = Leadership(client, ZkPaths.from_config(zk, config.pipeline))
     plog = log.bind(pipeline=config.pipeline)
     while not stop.is_set():
+        telemetry.set_role(config.pipeline, "standby")
         campaign = await _unless_stopped(campaign_with_slot(leadership, slots), stop)
         if campaign is None:
             break
         epoch = campaign.result()
         plog.info("leading", epoch=epoch, worker=client.identity.worker_id)
+        telemetry.set_role(config.pipeline, "leading", epoch)
         pause = 0.0
         try:
-            await _run_as_leader(config, password, leadership, stop, plog)
+            await _run_as_leader(config, password, leadership, stop, plog, telemetry)
             break  # stopped on request
         except (LeadershipLostError, ProducerFencedError) as exc:
             # Deposed: the session ended or was suspended too long, the epoch moved on, or
             # the next leader's producer fenced ours. Back to standby at once, in this
             # process; the next pipeline gets a fresh producer.
             plog.warning("leadership_lost", error=str(exc), kind=type(exc).__name__, epoch=epoch)
+            telemetry.errors.labels(config.pipeline, "leadership_lost").inc()
             await _settle_loss(leadership)
         except CoordinationUnavailableError as exc:
             # The lease could not be confirmed and the pipeline gave up on a write: treat it
@@ -198,12 +212,20 @@ async def _run_as_leader(
     leadership: Leadership,
     stop: asyncio.Event,
     plog: Any,
+    telemetry: Telemetry,
 ) -> None:
     store = ZkPipelineStore(leadership)
     inbox = ZkCommandInbox(leadership)
     while True:
         pipeline: Pipeline = await run_until_stopped(
-            config, password, stop, store=store, lease=leadership, inbox=inbox, requests=inbox
+            config,
+            password,
+            stop,
+            store=store,
+            lease=leadership,
+            inbox=inbox,
+            requests=inbox,
+            telemetry=telemetry,
         )
         command = pipeline.command
         if command is None:

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 import structlog
 
@@ -19,7 +20,10 @@ from replicad.exit_codes import EXIT_TEMPFAIL
 log = structlog.get_logger("replicad")
 
 
-def install_stop_handlers(stop: asyncio.Event, timeout_s: float) -> None:
+def install_stop_handlers(
+    stop: asyncio.Event, timeout_s: float, on_stop: Callable[[], None] | None = None
+) -> None:
+    """`on_stop` runs once, at the first signal (e.g. systemd's STOPPING=1)."""
     loop = asyncio.get_running_loop()
 
     def on_signal(sig: signal.Signals) -> None:
@@ -28,6 +32,8 @@ def install_stop_handlers(stop: asyncio.Event, timeout_s: float) -> None:
             return
         log.info("stop_signal", signal=sig.name, timeout_s=timeout_s)
         stop.set()
+        if on_stop is not None:
+            on_stop()
         watchdog = threading.Timer(timeout_s, _stop_overdue, args=(timeout_s,))
         watchdog.daemon = True  # a clean exit before the deadline does not wait for it
         watchdog.start()
