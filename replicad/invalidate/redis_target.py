@@ -1,8 +1,16 @@
 """The Redis side of the invalidator: a client for the configured topology (standalone,
-Sentinel, Cluster; TLS and auth through redis-py) and one plan applied in one pipeline."""
+Sentinel, Cluster; TLS and auth through redis-py) and one plan applied in one pipeline.
+
+With Sentinel every pipeline ends in WAIT for `sentinel.wait_replicas` replicas: Redis
+replicates asynchronously, and a failover (SENTINEL FAILOVER, or the master lost) promotes a
+replica while the old master goes on taking writes until Sentinel demotes it, seconds later;
+the deletes it took in between are thrown away when it resynchronises with the new master.
+A batch whose deletes no replica has is not acknowledged: it is retried, on whichever master
+Sentinel names by then (the connections are dropped after a failure, so the next one asks)."""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import orjson
@@ -13,7 +21,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from replicad.config import RedisConfig
-from replicad.errors import AuthError, ConfigError, ReplicadError
+from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
 from replicad.invalidate.rules import Plan
 
 SCAN_COUNT = 1000
@@ -50,11 +58,7 @@ def redis_client(config: RedisConfig) -> Any:
                 raise ConfigError("a sentinel node is host:port", key="invalidate.redis.sentinel",
                                   value=node)  # fmt: skip
             nodes.append((host, int(port)))
-        sentinel_password = None
-        if config.sentinel.password_env:
-            import os
-
-            sentinel_password = os.environ.get(config.sentinel.password_env)
+        sentinel_password = config.sentinel.resolve_password() or None
         sentinel = Sentinel(nodes, sentinel_kwargs={"password": sentinel_password,
                             "socket_timeout": config.timeout_s}, **common)  # fmt: skip
         return sentinel.master_for(config.sentinel.master)
@@ -76,14 +80,39 @@ def check(client: Any, config: RedisConfig) -> None:
             f"Redis answered PING with {exc}", url=_safe(config.url)
         ) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        if _certificate_refused(exc):
+            # A CA that did not sign the server's certificate (or a name it does not carry)
+            # stays wrong across restarts: exit 78, like a refused password.
+            raise TlsError(
+                f"Redis's TLS certificate was refused: {exc}", url=_safe(config.url),
+                tls_ca=config.tls_ca,
+            ) from None  # fmt: skip
         # Exit 75: a service manager restarts the invalidator until Redis is there.
         raise RedisUnavailableError(
             f"Redis is not reachable: {exc}", url=_safe(config.url)
         ) from None
 
 
-def apply(client: Any, plan: Plan, deletes_only: bool = False) -> None:
-    """Every operation of `plan` (with `deletes_only`: its UNLINKs again, the redelete)."""
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether the TLS handshake failed on the certificate's verification: redis-py raises
+    its ConnectionError inside the handler of the ssl error, which stays its context."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def replicas_to_wait_for(config: RedisConfig) -> int:
+    return config.sentinel.wait_replicas if config.sentinel is not None else 0
+
+
+def apply(
+    client: Any, plan: Plan, deletes_only: bool = False, replicas: int = 0, wait_ms: int = 0
+) -> None:
+    """Every operation of `plan` (with `deletes_only`: its UNLINKs again, the redelete); with
+    `replicas`, done only once that many replicas have them (WAIT, at most `wait_ms`)."""
     try:
         pipe = client.pipeline(transaction=False)
         for key in plan.delete:
@@ -94,34 +123,60 @@ def apply(client: Any, plan: Plan, deletes_only: bool = False) -> None:
             for event in plan.table_wide:
                 if event.action == "generation":
                     pipe.incr(event.target)
-        pipe.execute()
+        _wait(pipe, replicas, wait_ms)
         if not deletes_only:
             for event in plan.table_wide:
                 if event.action == "scan":
-                    _unlink_matching(client, event.target)
+                    _unlink_matching(client, event.target, replicas, wait_ms)
     except redis.AuthenticationError as exc:
         raise AuthError(f"Redis refused the credentials: {exc}") from None
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError) as exc:
         # ResponseError too: LOADING, READONLY after a failover, CLUSTERDOWN are transient.
+        _forget_connections(client)
         raise RedisUnavailableError(f"Redis did not take the batch: {exc}") from None
+    except RedisUnavailableError:
+        _forget_connections(client)
+        raise
 
 
-def _unlink_matching(client: Any, pattern: str) -> None:
+def _wait(pipe: Any, replicas: int, wait_ms: int) -> None:
+    """Executes the pipeline, ended by WAIT on the same connection when `replicas`."""
+    if replicas:
+        pipe.execute_command("WAIT", replicas, wait_ms)
+    results = pipe.execute()
+    if replicas and results[-1] < replicas:
+        raise RedisUnavailableError(
+            f"Redis took the batch, but only {results[-1]} of {replicas} replicas have it "
+            f"after {wait_ms} ms (WAIT): a failover now would lose it",
+        )
+
+
+def _forget_connections(client: Any) -> None:
+    """After a failure the next command opens a new connection: through Sentinel it goes to
+    the master Sentinel names now, not to one that may have been replaced."""
+    pool = getattr(client, "connection_pool", None)  # a Cluster keeps its own per node
+    if pool is not None:
+        pool.disconnect()
+
+
+def _unlink_matching(client: Any, pattern: str, replicas: int = 0, wait_ms: int = 0) -> None:
+    # On a Cluster redis-py's scan_iter runs SCAN on every primary (its routing of SCAN),
+    # one cursor per node, so a pattern reaches every slot.
     chunk: list[Any] = []
     for key in client.scan_iter(match=pattern, count=SCAN_COUNT):
         chunk.append(key)
         if len(chunk) >= UNLINK_CHUNK:
-            _unlink_all(client, chunk)
+            _unlink_all(client, chunk, replicas, wait_ms)
             chunk = []
     if chunk:
-        _unlink_all(client, chunk)
+        _unlink_all(client, chunk, replicas, wait_ms)
 
 
-def _unlink_all(client: Any, keys: list[Any]) -> None:
+def _unlink_all(client: Any, keys: list[Any], replicas: int, wait_ms: int) -> None:
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.unlink(key)
-    pipe.execute()
+    _wait(pipe, replicas, wait_ms)
 
 
 def _safe(url: str) -> str:

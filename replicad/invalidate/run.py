@@ -28,7 +28,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from replicad.config import Config
 from replicad.errors import ConfigError, ReplicadError
 from replicad.exit_codes import EXIT_DATA_ERROR
-from replicad.invalidate.redis_target import RedisUnavailableError, apply, check, redis_client
+from replicad.invalidate.redis_target import (
+    RedisUnavailableError,
+    apply,
+    check,
+    redis_client,
+    replicas_to_wait_for,
+)
 from replicad.invalidate.rules import Plan, RuleSet
 from replicad.sinks.kafka_admin import shared_settings
 
@@ -108,6 +114,9 @@ class Invalidator:
             **settings.consumer,
         }
         self.redis = redis_client(settings.redis)
+        self.replicas = replicas_to_wait_for(settings.redis)
+        # WAIT gives up well before the socket's timeout would end the connection.
+        self.wait_ms = int(settings.redis.timeout_s * 500)
         self.stopping = threading.Event()
         self.counters = Counters()
         self._revoked = False
@@ -121,7 +130,7 @@ class Invalidator:
         check(self.redis, self.settings.redis)
         consumer = Consumer(self.consumer_settings, logger=_KafkaLogger())
         subscriptions = [self.topics] + ([self.schema_topic] if self.schema_topic else [])
-        consumer.subscribe(subscriptions, on_revoke=self._on_revoke)
+        consumer.subscribe(subscriptions, on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info("invalidate_started", group=self.consumer_settings["group.id"],
                  topics=subscriptions, rules=len(self.rules.rules))  # fmt: skip
         try:
@@ -138,9 +147,16 @@ class Invalidator:
             consumer.close()  # leaves the group: the partitions move on at once
             log.info("invalidate_stopped", **self._figures())
 
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        # Which instance of the group holds what: operators (and the tests) read it here.
+        log.info("invalidate_assigned",
+                 partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))  # fmt: skip
+
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Whatever is held is for partitions that may have moved: their new owner re-reads
         # from the last commit.
+        log.info("invalidate_revoked",
+                 partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))  # fmt: skip
         self._revoked = True
         if self._pending:
             self.counters.rebalanced_batches += len(self._pending)
@@ -202,7 +218,7 @@ class Invalidator:
         try:
             while True:
                 try:
-                    apply(self.redis, batch.plan, deletes_only=deletes_only)
+                    apply(self.redis, batch.plan, deletes_only, self.replicas, self.wait_ms)
                     break
                 except RedisUnavailableError as exc:
                     self.counters.redis_errors += 1
