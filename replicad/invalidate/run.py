@@ -37,6 +37,7 @@ from replicad.invalidate.redis_target import (
 )
 from replicad.invalidate.rules import Plan, RuleSet
 from replicad.sinks.kafka_admin import shared_settings
+from replicad.sinks.kafka_clients import kafka_client
 
 log = structlog.get_logger("replicad.invalidate")
 _NOT_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
@@ -128,7 +129,7 @@ class Invalidator:
 
     def run(self) -> None:
         check(self.redis, self.settings.redis)
-        consumer = Consumer(self.consumer_settings, logger=_KafkaLogger())
+        consumer = kafka_client(Consumer, self.consumer_settings)
         subscriptions = [self.topics] + ([self.schema_topic] if self.schema_topic else [])
         consumer.subscribe(subscriptions, on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info("invalidate_started", group=self.consumer_settings["group.id"],
@@ -299,14 +300,6 @@ class Invalidator:
         if time.monotonic() - self._reported >= PROGRESS_LOG_S:
             self._reported = time.monotonic()
             log.info("invalidate_progress", **self._figures())
-
-
-class _KafkaLogger:
-    """librdkafka's own log lines through structlog (else they go raw to stderr)."""
-
-    def log(self, level: int, message: str, *args: Any) -> None:
-        # confluent-kafka calls it as logging.Logger.log(level, format, *args)
-        log.log(level, "kafka_client_log", message=message % args if args else message)
 
 
 def run_invalidator(config: Config) -> int:

@@ -51,6 +51,7 @@ from replicad.sinks.envelope import (
     table_schema_value,
 )
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
+from replicad.sinks.kafka_clients import kafka_client
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.sinks.value_modes import ValueMode
 
@@ -97,7 +98,7 @@ class KafkaSink:
         self._last_error_log = 0.0
         self._settings = producer_settings(config, pipeline, self._on_error)
         try:
-            self.producer = Producer(self._settings)
+            self.producer = kafka_client(Producer, self._settings)
         except KafkaException as exc:
             raise ConfigError(
                 f"librdkafka refused the producer settings: {exc.args[0].str()}",
@@ -143,6 +144,7 @@ class KafkaSink:
             self.producer.poll(0)
         except KafkaException as exc:
             raise _fenced_or(exc.args[0], "the Kafka producer failed") from None
+        self.topics.serve_logs()
 
     def _on_error(self, err: KafkaError) -> None:
         """librdkafka's client-level errors: broker down, authentication, fatal producer
@@ -687,6 +689,7 @@ def producer_settings(
         if key in _WEAKENING and value in _WEAKENING[key]:
             log.warning("kafka_setting_weakens_delivery", setting=key, value=value)
         settings[key] = value
+    settings.update(config.client_settings())  # never beside the same key in `producer`
     if config.exactly_once and "message.timeout.ms" not in config.producer:
         # librdkafka refuses a message timeout longer than the transaction timeout
         settings["message.timeout.ms"] = settings["transaction.timeout.ms"]

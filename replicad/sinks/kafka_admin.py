@@ -17,6 +17,7 @@ from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.sinks.base import SinkError
+from replicad.sinks.kafka_clients import kafka_client, serve_logs
 
 log = structlog.get_logger("replicad.sinks.kafka")
 
@@ -33,9 +34,11 @@ _REFUSED = {
 
 
 def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
-    """Security and connection settings the admin and consumer clients need as well."""
+    """Security and connection settings the admin and consumer clients need as well (with
+    the `sasl` block's password, read now: a ConfigError names the key when it cannot be)."""
     prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns")
-    return {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
+    settings = {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
+    return {**settings, **config.client_settings()}
 
 
 class Topics:
@@ -45,9 +48,13 @@ class Topics:
         self.config = config
         self.ready: set[str] = set()
         self.partitions: dict[str, int] = {}  # of the topics in `ready`
-        self.admin = AdminClient(
-            {"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)}
+        self.admin = kafka_client(
+            AdminClient, {"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)}
         )
+
+    def serve_logs(self) -> None:
+        """Nothing else polls the admin client: its queued log lines are handed over here."""
+        serve_logs(self.admin)
 
     async def ensure(self, topic: str, compacted: bool = False) -> None:
         """Idempotent; retried with backoff while Kafka is unreachable."""
@@ -57,6 +64,7 @@ class Topics:
                 # short: a thread blocked here holds up the process's exit on a stop
                 meta = await asyncio.to_thread(self.admin.list_topics, timeout=METADATA_PROBE_S)
             except KafkaException as exc:
+                self.serve_logs()
                 log.warning("kafka_metadata_retry", topic=topic, error=exc.args[0].str())
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
@@ -120,7 +128,8 @@ class PositionReader:
     def __init__(self, config: KafkaSinkConfig, topic: str, pipeline: str) -> None:
         self.topic = topic
         self.pipeline = pipeline
-        self.consumer = Consumer(
+        self.consumer = kafka_client(
+            Consumer,
             {
                 "bootstrap.servers": config.bootstrap_servers,
                 "group.id": f"replicad-{pipeline}-positions",
@@ -128,7 +137,7 @@ class PositionReader:
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
                 **shared_settings(config),
-            }
+            },
         )
         self._ends: dict[int, tuple[int, int]] | None = None
 
@@ -212,13 +221,17 @@ def _last_record(
 
 def probe_kafka(config: KafkaSinkConfig, timeout_s: float = 5.0) -> str:
     """For `replicad check`: can the cluster be reached with these settings?"""
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)})
+    admin = kafka_client(
+        AdminClient, {"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)}
+    )
     try:
         meta = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise SinkError(
             f"cannot reach Kafka: {exc.args[0].str()}", bootstrap_servers=config.bootstrap_servers
         ) from None
+    finally:
+        serve_logs(admin)  # why it could not connect, in the log, before the client goes
     mode = "exactly-once" if config.exactly_once else "at-least-once"
     return (
         f"Kafka at {config.bootstrap_servers}: {len(meta.brokers)} broker(s), "

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ class Source:
     topic_template: str
     schema_topic: str
     pipeline: str
-    security: dict[str, str]
+    security: dict[str, str] = field(repr=False)  # may hold sinks.kafka.sasl's password
 
     @classmethod
     def of(cls, config: Config) -> Source:

@@ -36,6 +36,7 @@ from pyspark.sql.types import StructType
 
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ReplicadError
+from replicad.sinks.kafka_clients import kafka_client
 from replicad.spark.types import change_row, change_schema, row_converter, row_struct
 
 POLL_S = 1.0
@@ -96,14 +97,15 @@ class Settings:
         return cls(consumer, db, name, topic, schema_topic, starting, int(limit) if limit else None)
 
     def open(self) -> Consumer:
-        return Consumer(
+        return kafka_client(
+            Consumer,
             {
                 **self.consumer,
                 "group.id": "replicad-spark",  # never committed: offsets live in Spark
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
-            }
+            },
         )
 
 

@@ -197,7 +197,8 @@ def _sink_with_fake_producer(monkeypatch: pytest.MonkeyPatch, **options: Any) ->
     from replicad.sinks import kafka, kafka_admin
 
     monkeypatch.setattr(kafka, "Producer", _FakeProducer)
-    monkeypatch.setattr(kafka_admin, "AdminClient", lambda settings: None)  # no connections
+    # no connections; the sink polls the admin client for its log lines
+    monkeypatch.setattr(kafka_admin, "AdminClient", _FakeProducer)
     config = KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", prefix="p", **options)
     sink = kafka.KafkaSink(config, "pipe", ChangeFilter(FiltersConfig()))
     sink.topics.ready.update({"p.shop.users", sink.routing.positions_topic})
