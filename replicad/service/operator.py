@@ -14,9 +14,10 @@ from typing import Any
 
 import structlog
 
+from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.config import Config, StartConfig
-from replicad.errors import ConfigError, InvalidPositionError, ServerError
+from replicad.errors import ConfigError, GtidError, InvalidPositionError, ServerError
 from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.source.schema import SchemaHistory, snapshot
@@ -50,6 +51,19 @@ def parse_position_value(value: str) -> str | StartConfig:
                     "a binlog offset is at least 4 (the first event)", value=value
                 )
             return StartConfig(file=match["file"], pos=pos)
+    # The syntax is checked here, offline: a typo is a usage error (64) even when the primary
+    # or ZooKeeper cannot be reached. Which flavour the primary speaks is checked after.
+    try:
+        (GtidSet if _MYSQL_GTID.match(text) else MariaGtidPosition).parse(text)
+    except GtidError as exc:
+        hint = (
+            " (FILE:POS takes a decimal offset)"
+            if ":" in text and not _MYSQL_GTID.match(text)
+            else ""
+        )
+        raise PositionValueError(
+            f"not earliest, latest, FILE:POS or a GTID: {exc.reason}{hint}", value=value
+        ) from None
     return StartConfig(gtid=text)
 
 

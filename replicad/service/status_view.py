@@ -23,9 +23,14 @@ def local_pipeline_status(config: Config) -> dict[str, Any]:
     position = LocalPositionStore(path, config.pipeline).load()
     pid = running_pid(path)
     status = read_status(status_path(path)) or {}
+    # Absolute, and whether it exists: a relative default read from the wrong directory
+    # (no -c) otherwise looks like a stopped pipeline.
+    where = path.resolve()
     return {
         "pipeline": config.pipeline,
-        "store": f"file {path}",
+        "store": f"file {where}" + ("" if where.exists() else ", absent"),
+        "store_path": str(where),
+        "store_exists": where.exists(),
         "leader": None if pid is None else {"pid": pid, "host": socket.gethostname()},
         "epoch": None,
         "position": None if position is None else position.to_json(),
@@ -77,6 +82,8 @@ def render_status(p: dict[str, Any]) -> str:
         f"pipeline {p['pipeline']}  ({p['store']})",
         f"  state     {state}",
     ]
+    if "config" in p:
+        lines.append(f"  config    {p['config'] or 'none given: built-in defaults (no -c)'}")
     if p.get("epoch") is not None:
         lines.append(f"  epoch     {p['epoch']}")
     lines.append(f"  position  {describe_position(p.get('position'))}")
