@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -105,11 +106,14 @@ class MqttSink:
         (they are in Kafka's schema topic)."""
         if change.kind != "truncate":
             return
-        payload = orjson.dumps({
-            "op": "t", "db": change.db, "table": change.table, "key": None,
-            "source": {"file": change.file, "pos": change.pos, "row": 0, "gtid": change.gtid,
-                       "ts_ms": change.ts_ms},
-        })  # fmt: skip
+        if self.config.envelope:  # the value Kafka gets for it, as for the rows
+            payload = self.writer.truncate(change, int(time.time() * 1000))
+        else:
+            payload = orjson.dumps({
+                "op": "t", "db": change.db, "table": change.table, "key": None,
+                "source": {"file": change.file, "pos": change.pos, "row": 0,
+                           "gtid": change.gtid, "ts_ms": change.ts_ms},
+            })  # fmt: skip
         self._enqueue(self._topic(change.db, change.table), payload)
 
     def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
@@ -123,12 +127,22 @@ class MqttSink:
         return len(self._queue) + len(self._unacked) >= self.config.max_in_flight
 
     async def wait_for_room(self) -> None:
+        started = time.monotonic()
+        logged = False
         while self.backlogged:
             self.tracker.acked()  # a failure raises here
             room = self._events()[1]
             room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(room.wait(), 1.0)
+            if self.backlogged and not logged and time.monotonic() - started >= 1.0:
+                # A broker that takes notices but stops acknowledging them (overloaded,
+                # frozen) shows here: the pipeline has stopped reading. Short waits are the
+                # normal pace of a small max_in_flight and are not logged.
+                logged = True
+                log.warning("mqtt_backpressure", host=self.config.host, port=self.config.port,
+                            unacknowledged=len(self._unacked), queued=len(self._queue),
+                            max_in_flight=self.config.max_in_flight)  # fmt: skip
 
     async def maintain(self) -> None:
         self._start()
@@ -232,6 +246,16 @@ class MqttSink:
                     return
                 await self._backoff(exc, delay)
             except aiomqtt.MqttError as exc:
+                if _certificate_refused(exc):
+                    # A broker certificate our CA did not sign stays so: exit 78 at once
+                    # rather than reconnecting for ever.
+                    self.tracker.failure = SinkError(
+                        f"the MQTT broker's TLS certificate was refused: {exc}",
+                        host=self.config.host, port=self.config.port,
+                        tls_ca=self.config.tls_ca, key="sinks.mqtt",
+                    )  # fmt: skip
+                    self._events()[1].set()
+                    return
                 await self._backoff(exc, delay)
             delay = min(delay * 2, self.config.reconnect_max_s)
 
@@ -297,6 +321,17 @@ async def _watch(client: aiomqtt.Client) -> None:
     public signal of a disconnect. Nothing is subscribed, so no message comes."""
     async for _ in client.messages:
         pass
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether a connection failed on the broker certificate's verification. aiomqtt raises
+    its MqttError `from None` inside the handler of the ssl error: still the context."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
 def _refused(config: MqttSinkConfig, exc: Exception) -> SinkError:

@@ -5,93 +5,20 @@ writes every change, and the position waits for both sinks."""
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
 
-import paho.mqtt.client as paho
 import pytest
 
 from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
 from tests.helpers.kafka_run import gtid_reached, master_gtid
-from tests.helpers.mariadb import MARIADB_PORT
+from tests.helpers.mqtt import Mosquitto, Subscriber
+from tests.helpers.mqtt import coordinates as _coordinates
+from tests.helpers.mqtt import mqtt_daemon as _daemon
 
 pytestmark = pytest.mark.integration
-
-SERVICES = ROOT / "scripts" / "services.sh"
-
-
-class Mosquitto:
-    def __init__(self, directory: Path, passwd: Path | None = None) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.dir = directory
-        self.passwd = passwd
-
-    def _run(self, action: str) -> None:
-        extra = [str(self.passwd)] if self.passwd else []
-        subprocess.run(["bash", str(SERVICES), "mosquitto-instance", action, str(self.dir),
-                        str(self.port), *extra], check=True)  # fmt: skip
-
-    def up(self) -> None:
-        self._run("up")
-
-    def down(self) -> None:
-        self._run("down")
-
-
-class Subscriber:
-    """A persistent-session subscriber (QoS 1) that records every notice it receives."""
-
-    def __init__(self, port: int, topic: str) -> None:
-        self.notices: list[dict] = []
-        self.lock = threading.Lock()
-        self.client = paho.Client(
-            paho.CallbackAPIVersion.VERSION2,
-            client_id=f"sub-{uuid.uuid4().hex[:8]}",
-            clean_session=False,
-        )
-        self.client.on_connect = lambda c, *_: c.subscribe(topic, qos=1)
-        self.client.on_message = self._message
-        self.client.reconnect_delay_set(0.1, 1)
-        self.client.connect("127.0.0.1", port)
-        self.client.loop_start()
-
-    def _message(self, client, userdata, message) -> None:
-        with self.lock:
-            self.notices.append(json.loads(message.payload))
-
-    def seen(self) -> set[tuple]:
-        with self.lock:
-            return {_coordinates(n) for n in self.notices}
-
-    def stop(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
-def _coordinates(message: dict) -> tuple:
-    source = message["source"]
-    return (message["op"], source["file"], source["pos"], source["row"])
-
-
-def _daemon(tmp: Path, port: int, prefix: str, db: str, mqtt_extra: str = "") -> DaemonProcess:
-    tmp.mkdir(parents=True, exist_ok=True)
-    return DaemonProcess(
-        tmp, pipeline="mq",
-        source_yaml=(f"  host: 127.0.0.1\n  port: {MARIADB_PORT}\n  user: repl\n"
-                     "  server_id: 7501\n  start: latest\n  heartbeat_s: 1\n"),
-        password="repl",
-        sinks_yaml=(f"  stdout: {{path: {tmp / 'changes.jsonl'}}}\n"
-                    f"  mqtt: {{port: {port}, prefix: {prefix}, client_id: rd-{prefix}, "
-                    f"reconnect_max_s: 0.5{mqtt_extra}}}"),
-        extra_yaml=f"filters: {{include: ['{db}\\..*']}}\ncheckpoint: {{interval_s: 0.2}}\n",
-    )  # fmt: skip
 
 
 def test_every_change_has_a_notice_through_a_broker_restart_and_the_position_waits(
