@@ -246,6 +246,19 @@ def test_position_set_checks_the_syntax_before_connecting(
     assert not position.exists()
 
 
+def test_position_set_checks_the_syntax_before_zookeeper(tmp_path: Path) -> None:
+    """With ZooKeeper (away here) and the source's password variable unset, a malformed
+    value is still a usage error, not a connection timeout (75) or a config error (78)."""
+    config = write_config(
+        tmp_path,
+        "source: {password_env: REPLICAD_TEST_UNSET_PASSWORD}\n"
+        f"coordination: {{zookeeper: {{hosts: '127.0.0.1:{closed_port()}', "
+        "connect_timeout_s: 1}}\n",
+    )
+    out = run(["position", "set", "0-1-x", "-c", str(config)], tmp_path)
+    assert out.returncode == 64 and "0-1-x" in out.stderr, (out.returncode, out.stderr)
+
+
 def test_position_set_with_good_syntax_does_connect(tmp_path: Path) -> None:
     """The other side of the test above: a well-formed value goes to the primary (which is
     away here: 75), so the 64 above came from the offline check."""
