@@ -430,6 +430,12 @@ class KafkaSink:
         return self._committed_seq if self.exactly_once else acked
 
     @property
+    def queued(self) -> int:
+        """Messages not yet acknowledged: in librdkafka's queue or waiting to enter it (read
+        by the metrics thread: both lengths are safe to take from another thread)."""
+        return len(self.producer) + len(self._pending)
+
+    @property
     def backlogged(self) -> bool:
         return bool(self._pending) or self._commit_due
 

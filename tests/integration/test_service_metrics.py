@@ -172,6 +172,8 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(shop, kafka, tmp
             body = _get(base + "/readyz")[1]
             assert "no acknowledgement" in body["pipelines"]["metrics"]["problem"], body
             assert _get(base + "/healthz")[0] == 200  # alive, only not ready
+            queued = _metric(_get(base + "/metrics")[1], "replicad_sink_queued_messages")
+            assert queued is not None and queued > 0
             time.sleep(2.0)
             first = prometheus.query(lag)
             time.sleep(4.0)
