@@ -7,32 +7,39 @@
   ZooKeeper session; 503 otherwise, with the reason per pipeline in the JSON body.
 
 Served by a thread (wsgiref), so that a blocked event loop is still reported as such
-instead of leaving the probe without an answer.
+instead of leaving the probe without an answer. Used by `replicad run` (service/telemetry.py)
+and by `replicad invalidate` (invalidate/metrics.py): anything `Observed`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
 import structlog
-from prometheus_client import make_wsgi_app
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from replicad.errors import ConfigError
-from replicad.service.telemetry import Telemetry
 
 log = structlog.get_logger("replicad.http")
 
 LOOP_BEAT_S = 0.5  # how often the event loop proves it runs
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+class Observed(Protocol):
+    registry: CollectorRegistry
+    loop_tick: float  # time.monotonic() of the main loop's latest turn
+    serving: bool  # set while the endpoints are up (keep readiness figures current)
+
+    def ready(self) -> tuple[bool, dict[str, Any]]: ...
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -51,69 +58,69 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 class Endpoints:
-    def __init__(self, telemetry: Telemetry, listen: str, loop_stall_s: float) -> None:
-        self.telemetry = telemetry
+    def __init__(
+        self, observed: Observed, listen: str, loop_stall_s: float, key: str = "metrics.listen"
+    ) -> None:
+        self.observed = observed
         self.listen = listen
         self.loop_stall_s = loop_stall_s
-        self._metrics = make_wsgi_app(telemetry.registry)
+        self.key = key  # the setting named by errors
+        self._metrics = make_wsgi_app(observed.registry)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        self._beat: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
         assert self._server is not None
         return int(self._server.server_address[1])
 
-    async def start(self) -> None:
+    def start(self) -> None:
         host, port = parse_listen(self.listen)
         try:
             server = make_server(host, port, self._app, _Server, _QuietHandler)
         except OSError as exc:
             raise ConfigError(
-                f"cannot listen for metrics: {exc.strerror}", key="metrics.listen",
-                value=self.listen,
-            ) from None  # fmt: skip
+                f"cannot listen for metrics: {exc.strerror}", key=self.key, value=self.listen
+            ) from None
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name="replicad-metrics", daemon=True
         )
         self._thread.start()
-        self.telemetry.serving = True
-        self.telemetry.loop_tick = time.monotonic()
-        self._beat = asyncio.create_task(self._loop_beat())
+        self.observed.serving = True
+        self.observed.loop_tick = time.monotonic()
         log.info("metrics_listening", listen=f"{host}:{self.port}")
 
-    async def _loop_beat(self) -> None:
-        while True:
-            self.telemetry.loop_tick = time.monotonic()
-            await asyncio.sleep(LOOP_BEAT_S)
-
-    async def stop(self) -> None:
-        if self._beat is not None:
-            self._beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._beat
+    def stop(self) -> None:
+        """Blocks for up to half a second (the server's poll interval)."""
         if self._server is not None:
-            await asyncio.to_thread(self._server.shutdown)
+            self._server.shutdown()
             self._server.server_close()
-        self.telemetry.serving = False
+            self._server = None
+        self.observed.serving = False
 
     # ------------------------------------------------------------------ WSGI
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/healthz":
-            stalled = time.monotonic() - self.telemetry.loop_tick
+            stalled = time.monotonic() - self.observed.loop_tick
             ok = stalled <= self.loop_stall_s
             body = {"status": "ok" if ok else "stalled", "loop_stalled_s": round(stalled, 3)}
             return _json(start_response, ok, body)
         if path == "/readyz":
-            ready, report = self.telemetry.ready()
+            ready, report = self.observed.ready()
             return _json(start_response, ready, {"ready": ready, "pipelines": report})
         if path in ("/metrics", "/"):
             return self._metrics(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found: /metrics, /healthz, /readyz\n"]
+
+
+async def beat(observed: Observed) -> None:
+    """For an asyncio program: prove the event loop runs, until cancelled."""
+    while True:
+        observed.loop_tick = time.monotonic()
+        await asyncio.sleep(LOOP_BEAT_S)
 
 
 def _json(start_response: StartResponse, ok: bool, body: dict[str, Any]) -> list[bytes]:

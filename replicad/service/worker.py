@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from replicad.config import Config
 from replicad.coordination.local import PositionFileLock
 from replicad.service.daemon import run_until_stopped
-from replicad.service.http import Endpoints
+from replicad.service.http import Endpoints, beat
 from replicad.service.notify import Notifier
 from replicad.service.signals import install_stop_handlers
 from replicad.service.telemetry import Telemetry
@@ -28,10 +28,11 @@ async def run_worker(configs: Sequence[Config], passwords: Sequence[str]) -> Non
         notifier.stopping()
 
     install_stop_handlers(stop, max(c.shutdown.timeout_s for c in configs), stopping)
-    endpoints = None
+    endpoints = beating = None
     if config.metrics.listen is not None:
         endpoints = Endpoints(telemetry, config.metrics.listen, config.metrics.loop_stall_s)
-        await endpoints.start()  # a port taken is an error before anything else starts
+        endpoints.start()  # a port taken is an error before anything else starts
+        beating = asyncio.create_task(beat(telemetry))
     notifier.start(telemetry)
     try:
         if config.coordination.zookeeper is not None:
@@ -50,5 +51,7 @@ async def run_worker(configs: Sequence[Config], passwords: Sequence[str]) -> Non
         for name in telemetry.pipelines:
             telemetry.set_role(name, "stopped")
         await notifier.close()
+        if beating is not None:
+            beating.cancel()
         if endpoints is not None:
-            await endpoints.stop()
+            await asyncio.to_thread(endpoints.stop)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from replicad.config import ConfigError, MetricsConfig
-from replicad.service.http import Endpoints, parse_listen
+from replicad.service.http import Endpoints, beat, parse_listen
 from replicad.service.notify import Notifier
 from replicad.service.telemetry import Telemetry
 
@@ -30,8 +30,10 @@ def _get(url: str) -> tuple[int, dict]:
 
 def test_healthz_fails_while_the_event_loop_is_blocked() -> None:
     async def scenario() -> list[tuple[int, dict]]:
-        endpoints = Endpoints(Telemetry(), "127.0.0.1:0", loop_stall_s=0.6)
-        await endpoints.start()
+        telemetry = Telemetry()
+        endpoints = Endpoints(telemetry, "127.0.0.1:0", loop_stall_s=0.6)
+        endpoints.start()
+        beating = asyncio.create_task(beat(telemetry))
         url = f"http://127.0.0.1:{endpoints.port}/healthz"
         seen: list[tuple[int, dict]] = []
         try:
@@ -46,7 +48,8 @@ def test_healthz_fails_while_the_event_loop_is_blocked() -> None:
             await asyncio.sleep(0.7)  # the loop beats again
             seen.append(await asyncio.to_thread(_get, url))
         finally:
-            await endpoints.stop()
+            beating.cancel()
+            endpoints.stop()
         return seen
 
     before, blocked, after = asyncio.run(scenario())
@@ -60,7 +63,7 @@ def test_readyz_is_not_ready_without_pipelines_and_metrics_are_served() -> None:
     async def scenario() -> tuple[tuple[int, dict], str, tuple[int, dict]]:
         telemetry = Telemetry()
         endpoints = Endpoints(telemetry, "127.0.0.1:0", loop_stall_s=5)
-        await endpoints.start()
+        endpoints.start()
         base = f"http://127.0.0.1:{endpoints.port}"
         try:
             empty = await asyncio.to_thread(_get, base + "/readyz")
@@ -70,7 +73,7 @@ def test_readyz_is_not_ready_without_pipelines_and_metrics_are_served() -> None:
             )
             starting = await asyncio.to_thread(_get, base + "/readyz")
         finally:
-            await endpoints.stop()
+            endpoints.stop()
         return empty, text, starting
 
     empty, text, starting = asyncio.run(scenario())
@@ -87,7 +90,7 @@ def test_a_taken_port_is_a_clear_error() -> None:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            await Endpoints(Telemetry(), f"127.0.0.1:{port}", 5).start()
+            Endpoints(Telemetry(), f"127.0.0.1:{port}", 5).start()
 
     with pytest.raises(ConfigError) as info:
         asyncio.run(scenario())
