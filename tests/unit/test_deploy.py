@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -741,7 +742,8 @@ def test_healthcheck_script_checks(tmp_path: Path) -> None:
     assert health.main(["--fresh-file", str(alive)]) == 1
     alive.touch()
     assert health.main(["--fresh-file", str(alive), "--max-age", "30"]) == 0
-    word = f"healthcheck-probe-{tmp_path.name}"
+    # Unique per run: another run of the suite at the same time has the same tmp_path name.
+    word = f"healthcheck-probe-{uuid.uuid4().hex}"
     assert health.main(["--process", word]) == 1
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", word])
     try:
