@@ -329,7 +329,7 @@ def test_heartbeat_writes_move_a_filtered_pipeline_and_retention_warns(shop, tmp
         tmp_path,
         "heartbeat",
         common + f"heartbeat: {{query: 'REPLACE INTO {db}.hb VALUES (1, NOW(6))', "
-        "interval_s: 0.3}\n",
+        f"interval_s: 0.3}}\nrelay: {{enabled: true, directory: '{tmp_path / 'relay'}'}}\n",
     )
     daemon.start()
     base = f"http://127.0.0.1:{port}"
@@ -344,6 +344,9 @@ def test_heartbeat_writes_move_a_filtered_pipeline_and_retention_warns(shop, tmp
         assert daemon.changes() == []  # nothing published: all filtered
         metrics = _get(base + "/metrics")[1]
         assert _metric(metrics, "replicad_heartbeat_writes_total", outcome="ok") >= 3
+        assert _metric(metrics, "replicad_relay_bytes") > 0
+        assert _metric(metrics, "replicad_relay_segments") >= 1
+        assert _metric(metrics, "replicad_transactions_total") >= 3
     finally:
         assert daemon.stop() == 0
 
