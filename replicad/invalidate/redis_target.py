@@ -18,7 +18,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from replicad.config import RedisConfig
 from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
@@ -60,7 +60,8 @@ def redis_client(config: RedisConfig) -> Any:
             nodes.append((host, int(port)))
         sentinel_password = config.sentinel.resolve_password() or None
         sentinel = Sentinel(nodes, sentinel_kwargs={"password": sentinel_password,
-                            "socket_timeout": config.timeout_s}, **common)  # fmt: skip
+                            "socket_timeout": config.timeout_s,
+                            "socket_connect_timeout": config.timeout_s}, **common)  # fmt: skip
         return sentinel.master_for(config.sentinel.master)
     if config.cluster:
         return RedisCluster.from_url(config.url, **common)
@@ -69,28 +70,38 @@ def redis_client(config: RedisConfig) -> Any:
 
 def check(client: Any, config: RedisConfig) -> None:
     """PING at the start: wrong credentials are an error for an operator (exit 78)."""
+    where = _where(config)
     try:
         client.ping()
     except redis.AuthenticationError as exc:
-        raise AuthError(f"Redis refused the credentials: {exc}", url=_safe(config.url)) from None
+        raise AuthError(f"Redis refused the credentials: {exc}").with_context(**where) from None
     except redis.ResponseError as exc:
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
-            raise AuthError(f"Redis refused: {exc}", url=_safe(config.url)) from None
+            raise AuthError(f"Redis refused: {exc}").with_context(**where) from None
+        raise RedisUnavailableError(f"Redis answered PING with {exc}", **where) from None
+    except MasterNotFoundError:
+        # redis-py's message is the repr of a client; what matters is who was asked.
         raise RedisUnavailableError(
-            f"Redis answered PING with {exc}", url=_safe(config.url)
+            "no Sentinel could be reached or none names a master of that name", **where
         ) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         if _certificate_refused(exc):
             # A CA that did not sign the server's certificate (or a name it does not carry)
             # stays wrong across restarts: exit 78, like a refused password.
             raise TlsError(
-                f"Redis's TLS certificate was refused: {exc}", url=_safe(config.url),
-                tls_ca=config.tls_ca,
-            ) from None  # fmt: skip
+                f"Redis's TLS certificate was refused: {exc}", **where, tls_ca=config.tls_ca
+            ) from None
         # Exit 75: a service manager restarts the invalidator until Redis is there.
-        raise RedisUnavailableError(
-            f"Redis is not reachable: {exc}", url=_safe(config.url)
-        ) from None
+        raise RedisUnavailableError(f"Redis is not reachable: {exc}", **where) from None
+
+
+def _where(config: RedisConfig) -> dict[str, object]:
+    """What an error names: the URL (without its password), or with Sentinel the master's
+    name and the sentinels (the URL is not used then)."""
+    if config.sentinel is not None:
+        return {"sentinel_master": config.sentinel.master,
+                "sentinels": ",".join(config.sentinel.nodes)}  # fmt: skip
+    return {"url": _safe(config.url)}
 
 
 def _certificate_refused(exc: BaseException) -> bool:
