@@ -424,11 +424,15 @@ class LogConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+# host:port, [v6]:port or :port (every interface)
+LISTEN_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]*):[0-9]{1,5}$"
+
+
 class MetricsConfig(_Strict):
     """Prometheus metrics (/metrics) and health (/healthz, /readyz) over HTTP; off unless
     `listen` is set."""
 
-    listen: str | None = Field(None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]*):[0-9]{1,5}$")
+    listen: str | None = Field(None, pattern=LISTEN_PATTERN)
     # /healthz fails when the event loop has not run for this long (a hung process)
     loop_stall_s: float = Field(10.0, gt=0)
     # /readyz fails when transactions wait this long without any acknowledgement (a sink away)
@@ -631,6 +635,9 @@ class InvalidateConfig(_Strict):
     redelete_after_ms: float = Field(0.0, ge=0)
     retry_initial_s: float = Field(0.1, gt=0)  # Redis away: first retry after this, doubling
     retry_max_s: float = Field(5.0, gt=0)
+    # /metrics, /healthz, /readyz of `replicad invalidate` (off unless set); not
+    # metrics.listen: `replicad run` may read the same file on the same host
+    metrics_listen: str | None = Field(None, pattern=LISTEN_PATTERN)
 
 
 class Config(_Strict):

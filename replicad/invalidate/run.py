@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from replicad.config import Config
 from replicad.errors import ConfigError, ReplicadError
 from replicad.exit_codes import EXIT_DATA_ERROR
+from replicad.invalidate.metrics import InvalidatorTelemetry
 from replicad.invalidate.redis_target import (
     RedisUnavailableError,
     apply,
@@ -68,6 +69,7 @@ class Batch:
     plan: Plan
     offsets: dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
     redelete_at: float = 0.0
+    oldest_ms: int | None = None  # the commit time of its oldest change (source.ts_ms)
 
 
 @dataclass
@@ -123,6 +125,11 @@ class Invalidator:
         self._revoked = False
         self._waiting_for_topics = False
         self._pending: deque[Batch] = deque()  # applied, waiting for their redelete
+        # For the metrics and health endpoints (invalidate/metrics.py, read by their thread).
+        self.assigned: set[tuple[str, int]] = set()
+        self.subscribed = False
+        self.redis_down_since: float | None = None  # monotonic; None while Redis takes batches
+        self.telemetry = InvalidatorTelemetry(self)
         self._reported = time.monotonic()
 
     # ------------------------------------------------------------------ the loop
@@ -132,10 +139,12 @@ class Invalidator:
         consumer = kafka_client(Consumer, self.consumer_settings)
         subscriptions = [self.topics] + ([self.schema_topic] if self.schema_topic else [])
         consumer.subscribe(subscriptions, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.subscribed = True
         log.info("invalidate_started", group=self.consumer_settings["group.id"],
                  topics=subscriptions, rules=len(self.rules.rules))  # fmt: skip
         try:
             while not self.stopping.is_set():
+                self.telemetry.loop_tick = time.monotonic()
                 messages = consumer.consume(self.settings.batch_max, self.settings.poll_s)
                 self._revoked = False
                 batch = self._plan(messages)
@@ -148,7 +157,12 @@ class Invalidator:
             consumer.close()  # leaves the group: the partitions move on at once
             log.info("invalidate_stopped", **self._figures())
 
+    @property
+    def pending(self) -> deque[Batch]:
+        return self._pending
+
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.assigned.update((tp.topic, tp.partition) for tp in partitions)
         # Which instance of the group holds what: operators (and the tests) read it here.
         log.info("invalidate_assigned",
                  partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))  # fmt: skip
@@ -158,6 +172,7 @@ class Invalidator:
         # from the last commit.
         log.info("invalidate_revoked",
                  partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))  # fmt: skip
+        self.assigned.difference_update((tp.topic, tp.partition) for tp in partitions)
         self._revoked = True
         if self._pending:
             self.counters.rebalanced_batches += len(self._pending)
@@ -168,6 +183,7 @@ class Invalidator:
             return None
         plan = Plan()
         offsets: dict[tuple[str, int], int] = {}
+        oldest: int | None = None
         for message in messages:
             error = message.error()
             if error is not None:
@@ -199,6 +215,10 @@ class Invalidator:
                     self.rules.add_schema_event(plan, record)
                 else:
                     self.rules.add_change(plan, record)
+                source = record.get("source")
+                committed = source.get("ts_ms") if isinstance(source, dict) else None
+                if isinstance(committed, int) and (oldest is None or committed < oldest):
+                    oldest = committed
             except (ValueError, KeyError, TypeError) as exc:
                 raise MessageError(
                     f"not a change message: {exc}", topic=topic, partition=partition,
@@ -210,7 +230,7 @@ class Invalidator:
         if not offsets:
             return None
         self.counters.changes += plan.changes
-        return Batch(plan, offsets)
+        return Batch(plan, offsets, oldest_ms=oldest)
 
     def _apply(self, consumer: Any, batch: Batch, deletes_only: bool = False) -> bool:
         """Applies until Redis takes it; False if a rebalance took the batch away meanwhile."""
@@ -220,15 +240,19 @@ class Invalidator:
             while True:
                 try:
                     apply(self.redis, batch.plan, deletes_only, self.replicas, self.wait_ms)
+                    self.redis_down_since = None
                     break
                 except RedisUnavailableError as exc:
                     self.counters.redis_errors += 1
+                    if self.redis_down_since is None:
+                        self.redis_down_since = time.monotonic()
                     if not paused:
                         log.warning("redis_unavailable", error=str(exc), retry_s=delay)
                     paused = consumer.assignment()
                     consumer.pause(paused)
                     deadline = time.monotonic() + delay
                     while time.monotonic() < deadline:
+                        self.telemetry.loop_tick = time.monotonic()  # waiting, not hung
                         consumer.poll(min(0.1, self.settings.poll_s))  # stay in the group
                         if self._revoked:
                             log.info("invalidate_batch_dropped", reason="rebalance")
@@ -245,6 +269,10 @@ class Invalidator:
             if paused:
                 consumer.resume(consumer.assignment())
         if not deletes_only:
+            if batch.oldest_ms is not None:
+                self.telemetry.commit_to_apply.observe(
+                    max(0.0, time.time() - batch.oldest_ms / 1000.0)
+                )
             self.counters.batches += 1
             self.counters.keys_deleted += len(batch.plan.delete)
             self.counters.notices += sum(len(k) for k in batch.plan.notices.values())
@@ -309,7 +337,9 @@ def run_invalidator(config: Config) -> int:
 
     from replicad.exit_codes import EXIT_OK
     from replicad.service.exits import exit_code
+    from replicad.service.http import Endpoints
 
+    endpoints = None
     try:
         invalidator = Invalidator(config)
 
@@ -319,6 +349,11 @@ def run_invalidator(config: Config) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        listen = config.invalidate.metrics_listen
+        if listen is not None:
+            endpoints = Endpoints(invalidator.telemetry, listen, config.metrics.loop_stall_s,
+                                  key="invalidate.metrics_listen")  # fmt: skip
+            endpoints.start()
         invalidator.run()
         return EXIT_OK
     except ReplicadError as exc:
@@ -329,3 +364,6 @@ def run_invalidator(config: Config) -> int:
         log.error("invalidate_failed", error=str(exc))
         print(f"replicad invalidate: {exc}", file=sys.stderr)
         return exit_code(exc)
+    finally:
+        if endpoints is not None:
+            endpoints.stop()

@@ -510,10 +510,11 @@ def test_prometheus_scrapes_every_replicad_worker_on_its_metrics_port() -> None:
     }
     expected = set()
     for name, (args, _path, _env) in replicad_services().items():
-        if args[0] != "run":
+        if args[0] not in ("run", "invalidate"):
             continue
-        listen = compose_config(name).metrics.listen
-        assert listen is not None, f"{name}: metrics.listen is not set"
+        config = compose_config(name)
+        listen = config.metrics.listen if args[0] == "run" else config.invalidate.metrics_listen
+        assert listen is not None, f"{name}: its metrics listener is not set"
         host, port = listen.rsplit(":", 1)
         assert host in ("0.0.0.0", "[::]"), f"{name}: {listen} is not reachable from Prometheus"
         expected.add(f"{name}:{port}")
@@ -530,7 +531,9 @@ def test_healthcheck_and_loadgen_arguments_parse() -> None:
             health.parse_args(test[test.index(IN_IMAGE_HEALTHCHECK) + 1 :])
             urls = [a for a in test if a.startswith("http")]
             for url in urls:  # the port replicad listens on for /healthz and /readyz
-                listen = compose_config(name).metrics.listen
+                config = compose_config(name)
+                invalidator = service["command"][0] == "invalidate"
+                listen = config.invalidate.metrics_listen if invalidator else config.metrics.listen
                 assert listen is not None and url.split("/")[2].endswith(listen[-5:]), url
         entrypoint = service.get("entrypoint")
         if entrypoint:
