@@ -123,6 +123,12 @@ class MqttSink:
         return self.tracker.acked()
 
     @property
+    def queued(self) -> int:
+        """Notices not yet acknowledged by the broker (waiting to go, or sent without PUBACK);
+        read by the metrics thread."""
+        return len(self._queue) + len(self._unacked)
+
+    @property
     def backlogged(self) -> bool:
         return len(self._queue) + len(self._unacked) >= self.config.max_in_flight
 

@@ -94,7 +94,7 @@ def coordinates(message: dict[str, Any]) -> tuple[Any, ...]:
 
 def mqtt_daemon(
     tmp: Path, port: int, prefix: str, db: str, mqtt_extra: str = "", *,
-    server_id: int = 7501, sinks_extra: str = "",
+    server_id: int = 7501, sinks_extra: str = "", extra_yaml: str = "",
 ) -> DaemonProcess:  # fmt: skip
     """`replicad run` from the latest position with the JSON-lines sink and MQTT on `port`
     (`mqtt_extra`: more keys of sinks.mqtt, each starting with ", "; `sinks_extra`: more
@@ -108,5 +108,6 @@ def mqtt_daemon(
         sinks_yaml=(f"  stdout: {{path: {tmp / 'changes.jsonl'}}}\n"
                     f"  mqtt: {{port: {port}, prefix: {prefix}, client_id: rd-{prefix}, "
                     f"reconnect_max_s: 0.5{mqtt_extra}}}" + sinks_extra),
-        extra_yaml=f"filters: {{include: ['{db}\\..*']}}\ncheckpoint: {{interval_s: 0.2}}\n",
+        extra_yaml=f"filters: {{include: ['{db}\\..*']}}\ncheckpoint: {{interval_s: 0.2}}\n"
+        + extra_yaml,
     )  # fmt: skip

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 
 import orjson
@@ -167,8 +168,11 @@ def test_a_frozen_broker_holds_the_pipeline_at_max_in_flight_and_nothing_is_lost
     conn.commit()
     broker = Mosquitto(tmp_path / "mosquitto", port=free_port())
     prefix = f"b{uuid.uuid4().hex[:6]}"
+    metrics_port = free_port()
+    metrics_yaml = f"metrics: {{listen: '127.0.0.1:{metrics_port}'}}\n"
     daemon = mqtt_daemon(tmp_path / "replicad", broker.port, prefix, name,
-                         f", max_in_flight: {MAX_IN_FLIGHT}", server_id=7624)  # fmt: skip
+                         f", max_in_flight: {MAX_IN_FLIGHT}", server_id=7624,
+                         extra_yaml=metrics_yaml)  # fmt: skip
     broker.up()
     subscriber: Subscriber | None = None
     frozen = False
@@ -191,6 +195,12 @@ def test_a_frozen_broker_holds_the_pipeline_at_max_in_flight_and_nothing_is_lost
         (line,) = [e for e in daemon.log_events() if e["event"] == "mqtt_backpressure"]
         assert line["unacknowledged"] + line["queued"] == MAX_IN_FLIGHT, line
         assert daemon.position() == position
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+            metrics = response.read().decode()
+        assert (
+            f'replicad_sink_queued_messages{{pipeline="mq",sink="MqttSink"}} {MAX_IN_FLIGHT}.0'
+            in metrics
+        )
 
         os.kill(broker.pid(), signal.SIGCONT)
         frozen = False
