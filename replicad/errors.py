@@ -8,6 +8,7 @@ instead of a new campaign)."""
 
 from __future__ import annotations
 
+import ssl
 from typing import ClassVar
 
 from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
@@ -183,3 +184,15 @@ class DecoderTableError(ReplicadError):
 class CompiledDecoderMissingError(ReplicadError):
     """The compiled row decoder (replicad.binlog._speedups) was required
     (REPLICAD_REQUIRE_SPEEDUPS=1) but cannot be imported."""
+
+
+def certificate_refused(exc: BaseException) -> bool:
+    """Whether a connection failed on the peer certificate's verification. Client libraries
+    (redis-py, aiomqtt) raise their own error inside the handler of the ssl one, so it is
+    found along the cause/context chain; the message is the fallback."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)

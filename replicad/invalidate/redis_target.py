@@ -10,7 +10,6 @@ Sentinel names by then (the connections are dropped after a failure, so the next
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
 import orjson
@@ -21,7 +20,13 @@ from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
 from replicad.config import RedisConfig
-from replicad.errors import AuthError, ConfigError, ReplicadError, TlsError
+from replicad.errors import (
+    AuthError,
+    ConfigError,
+    ReplicadError,
+    TlsError,
+    certificate_refused,
+)
 from replicad.invalidate.rules import Plan
 
 SCAN_COUNT = 1000
@@ -85,7 +90,7 @@ def check(client: Any, config: RedisConfig) -> None:
             "no Sentinel could be reached or none names a master of that name", **where
         ) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        if _certificate_refused(exc):
+        if certificate_refused(exc):
             # A CA that did not sign the server's certificate (or a name it does not carry)
             # stays wrong across restarts: exit 78, like a refused password.
             raise TlsError(
@@ -102,17 +107,6 @@ def _where(config: RedisConfig) -> dict[str, object]:
         return {"sentinel_master": config.sentinel.master,
                 "sentinels": ",".join(config.sentinel.nodes)}  # fmt: skip
     return {"url": _safe(config.url)}
-
-
-def _certificate_refused(exc: BaseException) -> bool:
-    """Whether the TLS handshake failed on the certificate's verification: redis-py raises
-    its ConnectionError inside the handler of the ssl error, which stays its context."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
 def replicas_to_wait_for(config: RedisConfig) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import structlog
 from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.config import MqttSinkConfig
+from replicad.errors import certificate_refused
 from replicad.sinks.base import DeliveryTracker, DeliveryUnit, SinkError
 from replicad.sinks.envelope import EnvelopeWriter, row_messages
 from replicad.sinks.routing import ChangeFilter
@@ -252,7 +252,7 @@ class MqttSink:
                     return
                 await self._backoff(exc, delay)
             except aiomqtt.MqttError as exc:
-                if _certificate_refused(exc):
+                if certificate_refused(exc):
                     # A broker certificate our CA did not sign stays so: exit 78 at once
                     # rather than reconnecting for ever.
                     self.tracker.failure = SinkError(
@@ -327,17 +327,6 @@ async def _watch(client: aiomqtt.Client) -> None:
     public signal of a disconnect. Nothing is subscribed, so no message comes."""
     async for _ in client.messages:
         pass
-
-
-def _certificate_refused(exc: BaseException) -> bool:
-    """Whether a connection failed on the broker certificate's verification. aiomqtt raises
-    its MqttError `from None` inside the handler of the ssl error: still the context."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
 def _refused(config: MqttSinkConfig, exc: Exception) -> SinkError:
