@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,58 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RSS_SAMPLE_SECONDS = 0.005
+
+# --------------------------------------------------------------------------- the local MariaDB
+
+MARIADB_PORT = 3306  # scripts/services.sh's server, root/root
+
+
+def connect(database: str | None = None) -> Any:
+    import pymysql  # only the benchmarks that write need it
+
+    return pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root",
+                           database=database, autocommit=False)  # fmt: skip
+
+
+def prepare_load_database(database: str, probe_columns: str, probe_row: str) -> None:
+    """`database` afresh with `load_rows` (the paced writer's) and a one-row `probe` table."""
+    conn = connect()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {database}")
+        cur.execute(f"CREATE DATABASE {database}")
+        cur.execute(f"USE {database}")
+        cur.execute("CREATE TABLE load_rows (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute(f"CREATE TABLE probe ({probe_columns})")
+        cur.execute(f"INSERT INTO probe VALUES ({probe_row})")
+    conn.commit()
+    conn.close()
+
+
+def paced_writer(
+    database: str, rate: int, stop: threading.Event, committed: list[int], first: int = 0
+) -> None:
+    """`rate` rows/s into load_rows in transactions of 100 on an absolute schedule, upserts
+    over a bounded key range; `committed[0]` counts the rows committed."""
+    conn = connect(database)
+    next_id = first
+    period = 100 / rate
+    began = time.perf_counter()
+    sent = 0
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            values = ", ".join(
+                f"({(next_id + i) % 200_000}, {i}, 'n{next_id + i}')" for i in range(100)
+            )
+            cur.execute(f"REPLACE INTO load_rows VALUES {values}")
+            conn.commit()
+            next_id += 100
+            sent += 1
+            committed[0] += 100
+            delay = began + sent * period - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+    conn.close()
+
 
 # --------------------------------------------------------------------------- processes
 

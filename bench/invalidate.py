@@ -26,65 +26,30 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import pymysql
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, grid, python_env, stop_process
+from bench.common import (
+    MARIADB_PORT,
+    ROOT,
+    connect,
+    grid,
+    paced_writer,
+    prepare_load_database,
+    python_env,
+    stop_process,
+)
 from bench.e2e import MemoryBroker, percentiles, tansu_binary
 
-PORT = 3306
 DB = "bench_invalidate"
 SERVICES = ROOT / "scripts" / "services.sh"
 
 
-def _connect() -> Any:
-    return pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root",
-                           database=DB, autocommit=False)  # fmt: skip
-
-
-def prepare() -> None:
-    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"USE {DB}")
-        cur.execute("CREATE TABLE load_rows (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))")
-        cur.execute("CREATE TABLE probe (id INT PRIMARY KEY, n BIGINT)")
-        cur.execute("INSERT INTO probe VALUES (1, 0)")
-    conn.commit()
-    conn.close()
-
-
-def writer(rate: int, stop: threading.Event, committed: list[int], first: int = 0) -> None:
-    """`rate` rows/s into load_rows in transactions of 100, upserts over a bounded key range."""
-    conn = _connect()
-    next_id = first
-    period = 100 / rate
-    began = time.perf_counter()
-    sent = 0
-    with conn.cursor() as cur:
-        while not stop.is_set():
-            values = ", ".join(
-                f"({(next_id + i) % 200_000}, {i}, 'n{next_id + i}')" for i in range(100)
-            )
-            cur.execute(f"REPLACE INTO load_rows VALUES {values}")
-            conn.commit()
-            next_id += 100
-            sent += 1
-            committed[0] += 100
-            delay = began + sent * period - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-    conn.close()
-
-
 def prober(cache: redis.Redis, stop: threading.Event, lags: list[float]) -> None:
-    conn = _connect()
+    conn = connect(DB)
     n = 0
     with conn.cursor() as cur:
         while not stop.is_set():
@@ -152,11 +117,11 @@ def main() -> None:
     subprocess.run(["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"),
                     str(redis_port)], check=True)  # fmt: skip
     cache = redis.Redis(port=redis_port)
-    prepare()
+    prepare_load_database(DB, "id INT PRIMARY KEY, n BIGINT", "1, 0")
     config = work / "config.yaml"
     config.write_text(
         "pipeline: inv\n"
-        f"source: {{host: 127.0.0.1, port: {PORT}, user: repl, password_env: BENCH_PW, "
+        f"source: {{host: 127.0.0.1, port: {MARIADB_PORT}, user: repl, password_env: BENCH_PW, "
         "server_id: 7996, start: latest}\n"
         f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}', prefix: inv}}}}\n"
         f"coordination: {{local: {{path: {work / 'position.json'}}}}}\n"
@@ -189,7 +154,9 @@ def main() -> None:
         start("invalidate", ["invalidate"])
         time.sleep(5)
         threads = [
-            threading.Thread(target=writer, args=(args.rate, stop, committed), daemon=True),
+            threading.Thread(
+                target=paced_writer, args=(DB, args.rate, stop, committed), daemon=True
+            ),
             threading.Thread(target=prober, args=(cache, stop, lags), daemon=True),
         ]
         for thread in threads:
@@ -207,7 +174,7 @@ def main() -> None:
         stop_process(procs.pop("invalidate"), 30)
         topic = f"inv.{DB}.load_rows"
         before = sum(_ends(bootstrap, topic).values())  # one partition: its message count
-        conn = _connect()
+        conn = connect(DB)
         with conn.cursor() as cur:
             for first in range(0, args.backlog, 10_000):
                 values = ", ".join(f"({first + i}, {i}, 'b')" for i in range(10_000))

@@ -26,63 +26,28 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
-import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, grid, python_env, stop_process
+from bench.common import (
+    MARIADB_PORT,
+    ROOT,
+    connect,
+    grid,
+    paced_writer,
+    prepare_load_database,
+    python_env,
+    stop_process,
+)
 from bench.e2e import MemoryBroker, percentiles, tansu_binary
 
-PORT = 3306
 DB = "bench_spark_lag"
 
 
-def _connect() -> Any:
-    return pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root",
-                           database=DB, autocommit=False)  # fmt: skip
-
-
-def prepare() -> None:
-    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"USE {DB}")
-        cur.execute("CREATE TABLE load_rows (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))")
-        cur.execute("CREATE TABLE probe (id INT PRIMARY KEY, at DATETIME(6))")
-        cur.execute("INSERT INTO probe VALUES (1, UTC_TIMESTAMP(6))")
-    conn.commit()
-    conn.close()
-
-
-def writer(rate: int, stop: threading.Event, committed: list[int]) -> None:
-    """`rate` rows/s into load_rows in transactions of 100, upserts over a bounded key range."""
-    conn = _connect()
-    next_id = 0
-    period = 100 / rate
-    began = time.perf_counter()
-    sent = 0
-    with conn.cursor() as cur:
-        while not stop.is_set():
-            values = ", ".join(
-                f"({(next_id + i) % 200_000}, {i}, 'n{next_id + i}')" for i in range(100)
-            )
-            cur.execute(f"REPLACE INTO load_rows VALUES {values}")
-            conn.commit()
-            next_id += 100
-            sent += 1
-            committed[0] = sent * 100
-            delay = began + sent * period - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-    conn.close()
-
-
 def prober(stop: threading.Event, probes: dict[str, float]) -> None:
-    conn = _connect()
+    conn = connect(DB)
     with conn.cursor() as cur:
         while not stop.is_set():
             cur.execute("UPDATE probe SET at = UTC_TIMESTAMP(6) WHERE id = 1")
@@ -120,11 +85,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-spark-lag-"))
     broker = MemoryBroker(binary, work / "tansu.log")
     bootstrap = broker.start()
-    prepare()
+    prepare_load_database(DB, "id INT PRIMARY KEY, at DATETIME(6)", "1, UTC_TIMESTAMP(6)")
     config = work / "config.yaml"
     config.write_text(
         "pipeline: lag\n"
-        f"source: {{host: 127.0.0.1, port: {PORT}, user: repl, password_env: BENCH_PW, "
+        f"source: {{host: 127.0.0.1, port: {MARIADB_PORT}, user: repl, password_env: BENCH_PW, "
         "server_id: 7995, start: latest}\n"
         f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}', prefix: lag}}}}\n"
         f"coordination: {{local: {{path: {work / 'position.json'}}}}}\n"
@@ -149,7 +114,9 @@ def main() -> None:
                 procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log))
         time.sleep(3)
         threads = [
-            threading.Thread(target=writer, args=(args.rate, stop, committed), daemon=True),
+            threading.Thread(
+                target=paced_writer, args=(DB, args.rate, stop, committed), daemon=True
+            ),
             threading.Thread(target=prober, args=(stop, probes), daemon=True),
         ]
         for thread in threads:

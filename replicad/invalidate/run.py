@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import redis
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -43,6 +44,7 @@ from replicad.sinks.kafka_clients import kafka_client
 log = structlog.get_logger("replicad.invalidate")
 _NOT_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 PROGRESS_LOG_S = 10.0
+REDIS_PROBE_S = 2.0
 
 
 class MessageError(ReplicadError):
@@ -129,6 +131,7 @@ class Invalidator:
         self.assigned: set[tuple[str, int]] = set()
         self.subscribed = False
         self.redis_down_since: float | None = None  # monotonic; None while Redis takes batches
+        self._probed_at = 0.0
         self.telemetry = InvalidatorTelemetry(self)
         self._reported = time.monotonic()
 
@@ -150,12 +153,33 @@ class Invalidator:
                 batch = self._plan(messages)
                 if batch is not None:
                     self._apply(consumer, batch)
+                else:
+                    self._probe_redis()  # idle: whether Redis is there, for /readyz
                 self._finish_due(consumer, final=False)
                 self._report()
             self._finish_due(consumer, final=True)
         finally:
             consumer.close()  # leaves the group: the partitions move on at once
             log.info("invalidate_stopped", **self._figures())
+
+    def _probe_redis(self) -> None:
+        """While nothing is read, a PING at most every REDIS_PROBE_S: /readyz then says
+        whether Redis is there without waiting for the next batch (and a batch dropped by
+        a rebalance does not leave it marked away for good)."""
+        now = time.monotonic()
+        if now - self._probed_at < REDIS_PROBE_S:
+            return
+        self._probed_at = now
+        try:
+            self.redis.ping()
+        except (redis.RedisError, OSError) as exc:
+            if self.redis_down_since is None:
+                self.redis_down_since = now
+                log.warning("redis_unavailable", error=str(exc), idle=True)
+            return
+        if self.redis_down_since is not None:
+            self.redis_down_since = None
+            log.info("redis_recovered")
 
     @property
     def pending(self) -> deque[Batch]:

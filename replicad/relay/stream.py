@@ -85,14 +85,28 @@ class RelayedStream:
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._checkpoint: Position | None = None
+        # The primary's latest heartbeat, handed to the reader once it has served everything
+        # relayed: then (and only then) it means "caught up" downstream too.
+        self._heartbeat: HeartbeatEvent | None = None
 
     @property
     def info(self) -> ServerInfo | None:
         return self.replica.info
 
+    @property
+    def connected(self) -> bool:
+        return self.replica.connected
+
+    @property
+    def last_heard(self) -> float:
+        return self.replica.last_heard
+
     # ------------------------------------------------------------------ publishers
-    async def units(self, start: Position) -> AsyncIterator[TransactionUnit | Reconnected]:
-        """The transactions after `start`, from the relay."""
+    async def units(
+        self, start: Position
+    ) -> AsyncIterator[TransactionUnit | Reconnected | HeartbeatEvent]:
+        """The transactions after `start`, from the relay, and the primary's heartbeats once
+        everything relayed has been served (it is idle)."""
         if self._task is None:
             self._start(start)
         async for unit in self._read(start):
@@ -113,7 +127,9 @@ class RelayedStream:
             self._checkpoint = checkpoint
             self._collect_garbage()
 
-    async def _read(self, after: Position) -> AsyncIterator[TransactionUnit | Reconnected]:
+    async def _read(
+        self, after: Position
+    ) -> AsyncIterator[TransactionUnit | Reconnected | HeartbeatEvent]:
         disk: Iterator[TransactionUnit] | None = None
         while True:
             if self._failure is not None:
@@ -143,6 +159,11 @@ class RelayedStream:
                     # The unit being read (if any) comes again whole: the pipeline restarts
                     # its transaction and skips the rows it already delivered.
                     yield Reconnected(after, 1)
+                continue
+            heartbeat = self._heartbeat
+            if heartbeat is not None:  # everything relayed is served: the primary is idle
+                self._heartbeat = None
+                yield heartbeat
                 continue
             self._changed.clear()
             if self._in_memory_after(after) is None and not self._ahead(after):
@@ -292,7 +313,10 @@ class RelayedStream:
         multipart = False  # the transaction being written was handed on in parts
         async for unit in self.replica.units(writer.position or start):
             if isinstance(unit, HeartbeatEvent):
-                continue  # not stored: they only say the primary is there
+                if not multipart:  # not stored; said on to a reader that has caught up
+                    self._heartbeat = unit
+                    self._changed.set()
+                continue
             if isinstance(unit, Reconnected):
                 writer.abort()  # the transaction in flight comes again whole
                 multipart = False

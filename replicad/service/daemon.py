@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -142,8 +141,6 @@ class Pipeline:
         # Schema history (replicad.source.schema): column names for TABLE_MAPs without them.
         self.history = SchemaHistory()
         self.checkpointer: Checkpointer | None = None
-        # Seconds_Behind_Master-style lag: read time - commit time of the last transaction.
-        self.lag_s = 0.0
         self.last_commit_read: float | None = None  # wall clock
         self._status_at = 0.0
         # snapshot.mode: the open read view (connection, its position, server, tables) until
@@ -164,18 +161,12 @@ class Pipeline:
         self._chunk_reader: ChunkReader | None = None
         self._chunk_task: asyncio.Task[None] | None = None
         self._plans: dict[str, TablePlan] = {}
-        # For metrics and health (service/telemetry.py reads them when scraped): plain
-        # counters, so that no prometheus-client call sits on the per-row path.
-        self.table_rows: dict[tuple[str, str, str], int] = {}  # (db, table, op) -> rows
-        self.table_bytes: dict[tuple[str, str, str], int] = {}  # binlog bytes of their events
-        self.streaming = False  # reading the binlog (past the start and any snapshot)
-        self.last_heard = time.monotonic()  # the last transaction or heartbeat from the source
-        self._caught_up = False  # a heartbeat (the primary had nothing more) came last
-        # Transactions read and not yet acknowledged: (mark, commit time, read at).
-        self._unacked: deque[tuple[int, float, float]] = deque()
-        self._ack_progress_at = time.monotonic()
-        # Silence beyond this: the source may have more than we know (no heartbeat came).
-        self._silence_s = 2 * config.source.heartbeat_s + 1.0
+        # Counters, lag and acknowledgements for the metrics and /readyz (service/progress.py):
+        # plain integers, so that no prometheus-client call sits on the per-row path.
+        self.progress = self.telemetry.progress(config)
+        self.progress.restart()
+        self._reading = False  # iterating the binlog stream
+        self._snapshotting = False  # reading the initial snapshot
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -430,7 +421,8 @@ class Pipeline:
                 await sink.wait_for_room()
         self.rows += 1
         key = (change.db, change.table, change.op)
-        self.table_rows[key] = self.table_rows.get(key, 0) + 1
+        table_rows = self.progress.table_rows
+        table_rows[key] = table_rows.get(key, 0) + 1
 
     async def run(self) -> None:
         self.committed = await self.resolve_start()
@@ -440,7 +432,7 @@ class Pipeline:
             self.history,
             self.config.checkpoint.interval_s,
             stored=self.store.load_position(),
-            on_acked=self._acknowledged,
+            on_acked=self.progress.acknowledged,
         )
         # Both tasks take the gate; whichever fails first ends the pipeline with its error.
         streaming = asyncio.create_task(self._stream(checkpointer))
@@ -453,7 +445,9 @@ class Pipeline:
         ]
         if self.config.heartbeat.query is not None:
             helpers.append(
-                asyncio.create_task(heartbeat_writes(self.config, self.password, self.telemetry))
+                asyncio.create_task(
+                    heartbeat_writes(self.config, self.password, self.telemetry, self.lease)
+                )
             )
         try:
             await asyncio.wait({streaming, ticker}, return_when=asyncio.FIRST_COMPLETED)
@@ -470,8 +464,13 @@ class Pipeline:
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
-        if self._snapshot is not None and not await self._read_snapshot(checkpointer):
-            return
+        if self._snapshot is not None:
+            self._snapshotting = True
+            try:
+                if not await self._read_snapshot(checkpointer):
+                    return
+            finally:
+                self._snapshotting = False
         skip = self.committed.row  # rows of the next transaction already delivered
         numbering = RowNumbering()
         delivered = 0
@@ -484,12 +483,12 @@ class Pipeline:
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease
         signal = self._signal
-        table_rows, table_bytes = self.table_rows, self.table_bytes
-        self.streaming = True
+        progress = self.progress
+        table_rows, table_bytes = progress.table_rows, progress.table_bytes
+        self._reading = True
         async for unit in self.stream.units(self.committed.with_snapshot(None)):
-            self.last_heard = time.monotonic()
             if isinstance(unit, HeartbeatEvent):
-                self._caught_up = not self._in_transaction
+                progress.heartbeat(self._in_transaction)
                 # While the primary is quiet its heartbeats are the boundaries at which a
                 # due command (or a stop) ends the pipeline: no transaction is in flight.
                 if (self._stop_requested or self.command is not None) and not self._in_transaction:
@@ -514,6 +513,7 @@ class Pipeline:
                     self.history.rollback()  # the DDL of the transaction in flight comes again
                     continue
                 if unit.first:
+                    progress.transaction_started()
                     self._in_transaction = True
                     delivered = 0
                     gtid_text = None if unit.gtid is None else str(unit.gtid)
@@ -591,19 +591,12 @@ class Pipeline:
                         table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
                 if unit.end is None:
                     continue  # a part of a large transaction: the rest follows
-                now = time.time()
-                self.lag_s = max(0.0, now - unit.commit_ts)
-                self.last_commit_read = now
+                self.last_commit_read = time.time()
                 self.history.commit(unit.end)
                 # Snapshot progress rides with the position: durable exactly when the reads
                 # before it are acknowledged.
                 end = unit.end if self._progress is None else unit.end.with_snapshot(self._progress)
-                if not self._unacked:
-                    self._ack_progress_at = time.monotonic()  # the stall clock starts now
-                self._unacked.append(
-                    (checkpointer.mark(end, True), unit.commit_ts, time.monotonic())
-                )
-                self._caught_up = False
+                progress.transaction_read(checkpointer.mark(end, True), unit.commit_ts)
                 self.committed = end
                 self._in_transaction = False
                 self.transactions += 1
@@ -802,51 +795,23 @@ class Pipeline:
                 pass
         await self._close_chunk_reader()
 
-    def _acknowledged(self, acked: int) -> None:
-        """Every sink acknowledged the marks up to `acked`: their latencies, the lag."""
-        unacked = self._unacked
-        if not unacked or unacked[0][0] > acked:
-            return
-        now_wall, now_mono = time.time(), time.monotonic()
-        name = self.config.pipeline
-        commit_to_ack = self.telemetry.commit_to_ack.labels(name)
-        read_to_ack = self.telemetry.read_to_ack.labels(name)
-        while unacked and unacked[0][0] <= acked:
-            _, commit_ts, read_at = unacked.popleft()
-            commit_to_ack.observe(max(0.0, now_wall - commit_ts))
-            read_to_ack.observe(now_mono - read_at)
-        self._ack_progress_at = now_mono
+    @property
+    def streaming(self) -> bool:
+        """Connected to the primary and reading its binlog, or reading the initial snapshot:
+        what READY=1 and /readyz wait for."""
+        return self._snapshotting or (self._reading and self.stream.connected)
 
     def lag_seconds(self, now_wall: float, now_mono: float) -> float:
-        """How far the acknowledged position is behind the primary: the age of the oldest
-        transaction not yet acknowledged, else how far behind the last one read was when it
-        was read (0 once a heartbeat said the primary has nothing newer), and at least the
-        silence since the source was last heard from beyond its heartbeat period. Called
-        from the metrics thread: reads only."""
-        lag = 0.0
-        with contextlib.suppress(IndexError):  # emptied by the event loop meanwhile
-            lag = now_wall - self._unacked[0][1]
-        if not self._caught_up:
-            lag = max(lag, self.lag_s)
-        silence = now_mono - self.last_heard
-        if silence > self._silence_s:
-            lag = max(lag, silence)
-        return max(0.0, lag)
+        """Called from the metrics thread: reads only."""
+        return self.progress.lag_seconds(now_wall, now_mono, self.stream.last_heard)
 
     def publishing_problem(self, now_mono: float, ack_stall_s: float) -> str | None:
         """Why this leading pipeline is not publishing (None: it is), for /readyz."""
         if self._tick_failure is not None:
             return f"a sink failed: {self._tick_failure}"
-        waiting = len(self._unacked)
-        if waiting and now_mono - self._ack_progress_at > ack_stall_s:
-            return (
-                f"no acknowledgement from the sinks for {now_mono - self._ack_progress_at:.0f} s "
-                f"({waiting} transactions waiting)"
-            )
-        silence = now_mono - self.last_heard
-        if silence > max(3 * self.config.source.heartbeat_s, 10.0):
-            return f"nothing from the primary for {silence:.0f} s"
-        return None
+        if not self._snapshotting and not self.stream.connected:
+            return "not connected to the primary"
+        return self.progress.ack_stall(now_mono, ack_stall_s)
 
     def relay_usage(self) -> tuple[int, int] | None:
         """(bytes, segments) of the relay log, if there is one."""
@@ -858,7 +823,7 @@ class Pipeline:
             "state": "running",
             "position": None if self.stored is None else self.stored.to_json(),
             "read_position": None if self.committed is None else self.committed.to_json(),
-            "lag_s": round(self.lag_s, 3),
+            "lag_s": round(self.lag_seconds(time.time(), time.monotonic()), 3),
             "last_commit_read_ms": (
                 None if self.last_commit_read is None else int(self.last_commit_read * 1000)
             ),
@@ -1042,8 +1007,6 @@ async def run_until_stopped(
             raise
         except BaseException as exc:
             failed = True
-            if isinstance(exc, Exception):
-                pipeline.telemetry.errors.labels(config.pipeline, type(exc).__name__).inc()
             # Failing without a valid lease (e.g. a process that slept past its session and
             # whose Kafka producer was fenced meanwhile), or because ZooKeeper stopped
             # answering (the lease may still look valid for a moment, the drain would outlast
@@ -1053,6 +1016,8 @@ async def run_until_stopped(
                 not lease.valid or isinstance(exc, CoordinationUnavailableError)
             )
             if not lost:
+                # (a loss is counted by the caller, as leadership_lost: not twice)
+                pipeline.telemetry.errors.labels(config.pipeline, type(exc).__name__).inc()
                 pipeline.store.record_error(str(exc), type(exc).__name__)
                 raise
             log.warning(

@@ -175,7 +175,8 @@ async def _lead(
             # the next leader's producer fenced ours. Back to standby at once, in this
             # process; the next pipeline gets a fresh producer.
             plog.warning("leadership_lost", error=str(exc), kind=type(exc).__name__, epoch=epoch)
-            telemetry.errors.labels(config.pipeline, "leadership_lost").inc()
+            if isinstance(exc, LeadershipLostError):  # a fenced producer is counted as itself
+                telemetry.errors.labels(config.pipeline, "leadership_lost").inc()
             await _settle_loss(leadership)
         except CoordinationUnavailableError as exc:
             # The lease could not be confirmed and the pipeline gave up on a write: treat it
@@ -194,6 +195,7 @@ async def _lead(
             pause = RETRY_AFTER_FAILURE_S
         finally:
             slots.release()
+            telemetry.set_role(config.pipeline, "standby")  # also during a pause after a failure
         if pause:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause)

@@ -14,6 +14,7 @@ and by `replicad invalidate` (invalidate/metrics.py): anything `Observed`.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +45,10 @@ class Observed(Protocol):
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a slow client never holds up the exit
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -77,7 +82,8 @@ class Endpoints:
     def start(self) -> None:
         host, port = parse_listen(self.listen)
         try:
-            server = make_server(host, port, self._app, _Server, _QuietHandler)
+            server_class = _Server6 if ":" in host else _Server
+            server = make_server(host, port, self._app, server_class, _QuietHandler)
         except OSError as exc:
             raise ConfigError(
                 f"cannot listen for metrics: {exc.strerror}", key=self.key, value=self.listen

@@ -2,10 +2,11 @@
 metrics and health endpoints (service/http.py, from their own thread) and by sd_notify
 (service/notify.py).
 
-Counting stays off the per-row path: a pipeline keeps plain integers (rows per table and op,
-binlog bytes, transactions) and this collector reads them when Prometheus scrapes. Only rare
-events (errors, reconnects, acknowledged transactions) go through prometheus-client objects.
-Metric names are stable and documented in docs/operations.md ("Metrics and health").
+Counting stays off the per-row path: a pipeline keeps plain integers (service/progress.py:
+rows per table and op, binlog bytes, transactions, latency buckets) and this collector reads
+them when Prometheus scrapes. Only rare events (errors, reconnects, heartbeat writes) go
+through prometheus-client objects. Metric names are stable and documented in
+docs/observability.md.
 """
 
 from __future__ import annotations
@@ -13,25 +14,32 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 import replicad
+from replicad.config import Config
+from replicad.service.progress import Progress
 
 if TYPE_CHECKING:
+    from replicad.coordination.zk_client import ZkClient
     from replicad.service.daemon import Pipeline
 
 # The *_created samples double every counter's series for a start time nobody graphs.
 disable_created_metrics()
 
-# Seconds; a binlog commit time has whole-second resolution, so the first buckets matter for
-# the read->ack histogram, the later ones for both.
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
-
-ROLES = ("starting", "standby", "leading", "stopped")
+Role = Literal["starting", "standby", "leading", "stopped"]
+ROLES: tuple[Role, ...] = ("starting", "standby", "leading", "stopped")
+# The `sink` label: stable names, not class names
+SINK_LABELS = {"KafkaSink": "kafka", "MqttSink": "mqtt", "JsonLinesSink": "stdout"}
 
 
 @dataclass
@@ -39,13 +47,14 @@ class PipelineView:
     """One pipeline of this worker as the endpoints see it."""
 
     name: str
-    role: str = "starting"  # one of ROLES
+    role: Role = "starting"
     epoch: int | None = None  # the leadership epoch (ZooKeeper), while leading
     pipeline: Pipeline | None = None  # the running pipeline (leading, or without ZooKeeper)
     # From the retention check (service/heartbeat.py): how many binlog files the primary
     # keeps before the one the stored position is in (0: it is the oldest, next to go).
     files_before_purge: int | None = None
     since: float = field(default_factory=time.monotonic)
+    progress: Progress | None = None  # from the first pipeline on, for the process's life
 
 
 class Telemetry:
@@ -54,25 +63,10 @@ class Telemetry:
         self.pipelines: dict[str, PipelineView] = {}
         self.ready_ack_stall_s = ready_ack_stall_s
         self.loop_tick = time.monotonic()  # moved by the event loop (service/http.py)
-        self.zookeeper: Any = None  # the worker's ZkClient, when coordinated
+        self.zookeeper: ZkClient | None = None  # the worker's, when coordinated
         self.stopping = False
         self.serving = False  # the endpoints are up: keep latencies and readiness current
         self._listeners: list[Callable[[PipelineView], None]] = []
-        self.commit_to_ack = Histogram(
-            "replicad_commit_to_ack_seconds",
-            "From a transaction's commit on the primary (binlog timestamp, whole seconds) to "
-            "its acknowledgement by every sink",
-            ["pipeline"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.read_to_ack = Histogram(
-            "replicad_read_to_ack_seconds",
-            "From a transaction's end being read to its acknowledgement by every sink",
-            ["pipeline"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
         self.errors = Counter(
             "replicad_errors",
             "Errors by kind: pipeline failures, failed heartbeat writes and retention checks",
@@ -100,8 +94,13 @@ class Telemetry:
             view = self.pipelines[name] = PipelineView(name)
         return view
 
-    def set_role(self, name: str, role: str, epoch: int | None = None) -> None:
-        assert role in ROLES, role
+    def progress(self, config: Config) -> Progress:
+        view = self.view(config.pipeline)
+        if view.progress is None:
+            view.progress = Progress(config.source.heartbeat_s)
+        return view.progress
+
+    def set_role(self, name: str, role: Role, epoch: int | None = None) -> None:
         view = self.view(name)
         if view.role != role or view.epoch != epoch:
             view.role, view.epoch, view.since = role, epoch, time.monotonic()
@@ -115,6 +114,7 @@ class Telemetry:
         view = self.view(pipeline.config.pipeline)
         if view.pipeline is pipeline:
             view.pipeline = None
+            view.files_before_purge = None  # a standby does not check: no stale value
 
     def on_role_change(self, listener: Callable[[PipelineView], None]) -> None:
         self._listeners.append(listener)
@@ -218,6 +218,17 @@ class _PipelineCollector(Collector):
             "Binlog files the primary keeps before the stored position's (0: it is next)",
             labels=["pipeline"],
         )
+        commit_to_ack = HistogramMetricFamily(
+            "replicad_commit_to_ack_seconds",
+            "From a transaction's commit on the primary (binlog timestamp, whole seconds) to "
+            "its acknowledgement by every sink",
+            labels=["pipeline"],
+        )
+        read_to_ack = HistogramMetricFamily(
+            "replicad_read_to_ack_seconds",
+            "From a transaction's end being read to its acknowledgement by every sink",
+            labels=["pipeline"],
+        )
         for name, view in sorted(t.pipelines.items()):
             for r in ROLES:
                 role.add_metric([name, r], int(view.role == r))
@@ -225,27 +236,33 @@ class _PipelineCollector(Collector):
                 epoch.add_metric([name], view.epoch)
             if view.files_before_purge is not None:
                 purge.add_metric([name], view.files_before_purge)
+            progress = view.progress
+            if progress is not None:  # counted since the process started
+                for (db, table, op), count in dict(progress.table_rows).items():
+                    rows.add_metric([name, db, table, op], count)
+                for (db, table, op), count in dict(progress.table_bytes).items():
+                    size.add_metric([name, db, table, op], count)
+                transactions.add_metric([name], progress.transactions)
+                progress.commit_to_ack.add_to(commit_to_ack, [name])
+                progress.read_to_ack.add_to(read_to_ack, [name])
             p = view.pipeline
             if p is None:
                 continue
             lag.add_metric([name], p.lag_seconds(now_wall, now_mono))
-            for (db, table, op), count in dict(p.table_rows).items():
-                rows.add_metric([name, db, table, op], count)
-            for (db, table, op), count in dict(p.table_bytes).items():
-                size.add_metric([name, db, table, op], count)
-            transactions.add_metric([name], p.transactions)
             if p.checkpointer is not None:
                 pending.add_metric([name], p.checkpointer.pending_marks)
             for sink in list(p.sinks):
                 waiting = getattr(sink, "queued", None)
                 if waiting is not None:
-                    queued.add_metric([name, type(sink).__name__], waiting)
+                    kind = type(sink).__name__
+                    queued.add_metric([name, SINK_LABELS.get(kind, kind)], waiting)
             relay = p.relay_usage()
             if relay is not None:
                 relay_bytes.add_metric([name], relay[0])
                 relay_segments.add_metric([name], relay[1])
-            for progress in list(p.snapshot_progress):
-                snapshot_rows.add_metric([name, progress.table], progress.rows)
-                snapshot_done.add_metric([name, progress.table], int(progress.done))
+            for snapshotted in list(p.snapshot_progress):
+                snapshot_rows.add_metric([name, snapshotted.table], snapshotted.rows)
+                snapshot_done.add_metric([name, snapshotted.table], int(snapshotted.done))
         yield from (role, epoch, lag, rows, size, transactions, pending, queued)
+        yield from (commit_to_ack, read_to_ack)
         yield from (relay_bytes, relay_segments, snapshot_rows, snapshot_done, purge)

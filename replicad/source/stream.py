@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -257,6 +258,10 @@ class ReplicaStream:
         self.info: ServerInfo | None = None
         self.connections = 0
         self._conn: AsyncConnection | None = None
+        # For lag and readiness: streaming from the primary now, and when (monotonic) it was
+        # last heard from (an event or a heartbeat)
+        self.connected = False
+        self.last_heard = time.monotonic()
 
     async def units(
         self, start: Position
@@ -278,8 +283,10 @@ class ReplicaStream:
             backoff.reset()
             # A new dump re-sends the transaction in flight whole: its parts seen so far go.
             assembler = UnitAssembler(position, part_bytes=self.source.unit_part_bytes)
+            self.connected = True
             try:
                 async for raw, events in self._decode(conn):
+                    self.last_heard = time.monotonic()
                     heartbeat = events[0]
                     if isinstance(heartbeat, HeartbeatEvent):  # in no transaction, not stored
                         yield heartbeat
@@ -299,10 +306,12 @@ class ReplicaStream:
             except (ReplicadError, OSError, TimeoutError) as exc:
                 await backoff.wait("source_disconnected", exc, resume_at=str(position))
             finally:
+                self.connected = False
                 await conn.close()
                 self._conn = None
 
     async def close(self) -> None:
+        self.connected = False
         if self._conn is not None:
             await self._conn.close()
 

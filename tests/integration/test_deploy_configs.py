@@ -26,8 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ import redis
 
 from tests.conftest import ZK_PORT
 from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
+from tests.helpers.http import http_get
 from tests.helpers.invalidate import PrivateRedis, committed, topic_ends
 from tests.helpers.kafka_helpers import consume_all
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
@@ -61,16 +60,6 @@ def statements(path: Path) -> list[str]:
         line for line in path.read_text().splitlines() if not line.lstrip().startswith("--")
     )
     return [s.strip() for s in text.split(";") if s.strip()]
-
-
-def http_status(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
 
 
 class Service:
@@ -217,10 +206,10 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         assert b.alive() and not b.logged("leading"), b.tail()
         # health and readiness of both: the leader publishing, the standby ready
         for worker in (a, b):
-            wait_for(lambda w=worker: http_status(w.url("/readyz"))[0] == 200, 60,
+            wait_for(lambda w=worker: http_get(w.url("/readyz"))[0] == 200, 60,
                      f"{worker.name} /readyz")  # fmt: skip
-            assert http_status(worker.url("/healthz"))[0] == 200
-        status, metrics = http_status(a.url("/metrics"))
+            assert http_get(worker.url("/healthz"))[0] == 200
+        status, metrics = http_get(a.url("/metrics"))
         assert status == 200 and "replicad_" in metrics
 
         # the invalidator of compose, on a Redis with a password (from REDIS_PASSWORD)
@@ -232,7 +221,7 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         )
         invalidator.start()
         # what its compose healthcheck asks
-        wait_for(lambda: http_status(f"http://{invalidator_listen}/readyz")[0] == 200, 60,
+        wait_for(lambda: http_get(f"http://{invalidator_listen}/readyz")[0] == 200, 60,
                  "the invalidator's /readyz")  # fmt: skip
 
         # load from the generator, then a marker row: both reach Kafka from the leader
@@ -287,7 +276,7 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         with shop.cursor() as cur:
             cur.execute("UPDATE customers SET name = 'Marker 3' WHERE id = %s", (marker,))
         wait_for(lambda: published("Marker 3"), 60, "the new leader to publish")
-        wait_for(lambda: http_status(b.url("/readyz"))[0] == 200, 60, "replicad-b /readyz")
+        wait_for(lambda: http_get(b.url("/readyz"))[0] == 200, 60, "replicad-b /readyz")
 
         assert invalidator.stop() == 0, invalidator.tail()
         assert b.stop() == 0, b.tail()

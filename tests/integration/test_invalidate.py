@@ -21,14 +21,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
 import redis
 
 from tests.helpers.daemon_process import ROOT, wait_for
+from tests.helpers.http import http_get, sample
 from tests.helpers.invalidate import (
     REDELETE_MS,
     USERS_FILL_SQL,
@@ -208,23 +207,6 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
         cache_server.down()
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:  # not listening (yet)
-        return 0, ""
-
-
-def _sample(text: str, name: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
     """invalidate.metrics_listen: the counters match what was written, and /readyz says 503
     (with /healthz still 200: waiting is not hanging) while Redis is down, 200 once back."""
@@ -259,33 +241,33 @@ def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
     invalidator.start()
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, "/readyz 200")
+        wait_for(lambda: http_get(base + "/readyz")[0] == 200, 30, "/readyz 200")
         with conn.cursor() as cur:
             cur.execute("UPDATE users SET v = v + 1 WHERE id <= 40")
         conn.commit()
 
         def deleted() -> float | None:
-            return _sample(_get(base + "/metrics")[1], "replicad_invalidate_keys_deleted_total")
+            return sample(http_get(base + "/metrics")[1], "replicad_invalidate_keys_deleted_total")
 
         wait_for(lambda: deleted() == 40, 60, "40 keys deleted in the metrics")
-        metrics = _get(base + "/metrics")[1]
-        assert _sample(metrics, "replicad_invalidate_changes_total") == 40
-        assert _sample(metrics, "replicad_invalidate_commit_to_apply_seconds_count") >= 1
+        metrics = http_get(base + "/metrics")[1]
+        assert sample(metrics, "replicad_invalidate_changes_total") == 40
+        assert sample(metrics, "replicad_invalidate_commit_to_apply_seconds_count") >= 1
         # the users topic and the schema topic, one partition each
-        assert _sample(metrics, "replicad_invalidate_assigned_partitions") == 2
+        assert sample(metrics, "replicad_invalidate_assigned_partitions") == 2
 
         cache_server.down()
         with conn.cursor() as cur:
             cur.execute("UPDATE users SET v = v + 1 WHERE id = 41")
         conn.commit()
-        wait_for(lambda: _get(base + "/readyz")[0] == 503, 30, "/readyz 503 without Redis")
-        assert "Redis has not taken a batch" in _get(base + "/readyz")[1]
-        metrics = _get(base + "/metrics")[1]
-        assert _sample(metrics, "replicad_invalidate_redis_up") == 0
-        assert _sample(metrics, "replicad_invalidate_redis_errors_total") >= 1
-        assert _get(base + "/healthz")[0] == 200
+        wait_for(lambda: http_get(base + "/readyz")[0] == 503, 30, "/readyz 503 without Redis")
+        assert "Redis has not taken a batch" in http_get(base + "/readyz")[1]
+        metrics = http_get(base + "/metrics")[1]
+        assert sample(metrics, "replicad_invalidate_redis_up") == 0
+        assert sample(metrics, "replicad_invalidate_redis_errors_total") >= 1
+        assert http_get(base + "/healthz")[0] == 200
         cache_server.up()
-        wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, "/readyz 200 with Redis back")
+        wait_for(lambda: http_get(base + "/readyz")[0] == 200, 30, "/readyz 200 with Redis back")
         wait_for(lambda: deleted() == 41, 30, "the held batch applied")
         assert invalidator.stop() == 0
     finally:
