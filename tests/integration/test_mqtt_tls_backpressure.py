@@ -198,7 +198,7 @@ def test_a_frozen_broker_holds_the_pipeline_at_max_in_flight_and_nothing_is_lost
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as response:
             metrics = response.read().decode()
         assert (
-            f'replicad_sink_queued_messages{{pipeline="mq",sink="MqttSink"}} {MAX_IN_FLIGHT}.0'
+            f'replicad_sink_queued_messages{{pipeline="mq",sink="mqtt"}} {MAX_IN_FLIGHT}.0'
             in metrics
         )
 

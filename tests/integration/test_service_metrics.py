@@ -209,7 +209,9 @@ def test_readyz_flips_when_the_zookeeper_session_is_lost(zookeeper, zk_root, tmp
             assert daemon.stop() == 0
 
 
-def _stdout_daemon(tmp: Path, pipeline: str, extra_yaml: str, port: int = MARIADB_PORT) -> Any:
+def _stdout_daemon(
+    tmp: Path, pipeline: str, extra_yaml: str, port: int = MARIADB_PORT, start: str = "latest"
+) -> Any:
     from tests.helpers.daemon_process import DaemonProcess
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -217,7 +219,7 @@ def _stdout_daemon(tmp: Path, pipeline: str, extra_yaml: str, port: int = MARIAD
         tmp,
         pipeline=pipeline,
         source_yaml=f"  host: 127.0.0.1\n  port: {port}\n  user: repl\n  server_id: 7312\n"
-        "  heartbeat_s: 1\n  reconnect: {initial_s: 0.05, max_s: 0.5}\n",
+        f"  start: {start}\n  heartbeat_s: 1\n  reconnect: {{initial_s: 0.05, max_s: 0.5}}\n",
         password="repl",
         extra_yaml=extra_yaml,
     )
@@ -254,7 +256,7 @@ class _NotifySocket:
         self.sock.close()
 
 
-def test_sd_notify_ready_watchdog_and_stopping(tmp_path, monkeypatch) -> None:
+def test_sd_notify_ready_watchdog_and_stopping(shop, tmp_path, monkeypatch) -> None:
     notify = _NotifySocket(tmp_path / "notify")
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
     monkeypatch.setenv("WATCHDOG_USEC", "1000000")  # WatchdogSec=1: a ping every 0.5 s
@@ -276,6 +278,8 @@ def test_sd_notify_ready_watchdog_and_stopping(tmp_path, monkeypatch) -> None:
         ready_at = notify.seen("READY=1")[0]
         statuses = [text for _, text in notify.lines if text.startswith("STATUS=")]
         assert "STATUS=1 leading" in statuses, statuses
+        with shop[0].cursor() as cur:  # a transaction: a position to store
+            cur.execute("CREATE TABLE notified (id INT PRIMARY KEY)")
         time.sleep(2.0)
         pings = [at for at in notify.seen("WATCHDOG=1") if at > ready_at]
         assert 3 <= len(pings) <= 6, pings  # every 0.5 s
@@ -283,6 +287,16 @@ def test_sd_notify_ready_watchdog_and_stopping(tmp_path, monkeypatch) -> None:
         assert daemon.proc.wait(30) == 0
         assert len(notify.seen("STOPPING=1")) == 1
         assert notify.seen("READY=1") == [ready_at]  # once
+
+        # Again from the stored position (no query to the primary before streaming), with
+        # the primary unreachable: still not ready.
+        assert daemon.position() is not None
+        notify.lines.clear()
+        again = _stdout_daemon(tmp_path / "live", "notify", "", port=_free_port())
+        again.spawn()
+        time.sleep(3.0)
+        assert notify.seen("READY=1") == []
+        assert again.stop() == 0
     finally:
         notify.close()
 
@@ -366,27 +380,39 @@ def _binary_logs(conn: Any) -> list[str]:
 
 def test_an_idle_primary_behind_the_relay_log_is_no_lag(shop, tmp_path) -> None:
     """With the relay log the primary's heartbeats reach the pipeline once it has served
-    everything relayed: an idle primary reads as lag 0 and /readyz stays 200 (they were
-    dropped by the relay, and the lag grew with the quiet)."""
+    everything relayed: a transaction read late (here: committed 6 s before replicad starts
+    from a position before it) stops counting as lag once the primary is seen idle, and
+    /readyz stays 200. (The relay used to drop the heartbeats: the lag stayed at 6 s.)"""
     conn, db = shop
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        cur.execute("CREATE TABLE quiet (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO quiet VALUES (1)")
+    time.sleep(6.0)
     port = _free_port()
     daemon = _stdout_daemon(
         tmp_path,
         "relay-idle",
-        f"filters: {{include: ['{db}\\\\..*']}}\n"
+        f"filters: {{include: ['{db}\\..*']}}\n"
         f"metrics: {{listen: '127.0.0.1:{port}'}}\n"
         f"relay: {{enabled: true, directory: '{tmp_path / 'relay'}'}}\n",
+        start=f"{{file: {file}, pos: {pos}}}",
     )
     daemon.start()
     base = f"http://127.0.0.1:{port}"
     try:
-        with conn.cursor() as cur:
-            cur.execute("CREATE TABLE quiet (id INT PRIMARY KEY)")
-            cur.execute("INSERT INTO quiet VALUES (1)")
         wait_for(lambda: len(daemon.changes()) == 1, 20, "the row")
-        time.sleep(8.0)  # quiet: heartbeats every second, 8 s > two periods + the allowance
-        metrics = http_json(base + "/metrics")[1]
-        assert sample(metrics, "replicad_lag_seconds", pipeline="relay-idle") < 2.0, metrics
+
+        def lag() -> float:
+            text = http_json(base + "/metrics")[1]
+            value = sample(text, "replicad_lag_seconds", pipeline="relay-idle")
+            return 99.0 if value is None else value
+
+        # read about 6 s late; heartbeats come every second once the primary is idle
+        _wait_value(lag, lambda v: v < 1.0, 10, "the lag to drop to 0")
+        time.sleep(3.0)  # and it stays there while the primary stays idle
+        assert lag() < 1.0
         assert http_json(base + "/readyz")[0] == 200
     finally:
         assert daemon.stop() == 0
