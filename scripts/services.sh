@@ -19,6 +19,8 @@
 #       a private Redis (tests: outages, restarts, a password via --requirepass)
 #   scripts/services.sh mosquitto-instance up|down|kill <dir> <port> [passwd-file]
 #       a private mosquitto (persistent sessions kept across a graceful restart)
+#   scripts/services.sh test-tools
+#       installs the tools the tests call that are no service (systemd-analyze)
 #   scripts/services.sh prometheus-instance up|down <dir> <port> <config file>
 #       a private Prometheus (tests: it scrapes `replicad run`'s /metrics)
 # Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper, redis,
@@ -700,6 +702,8 @@ prometheus_instance_cmd() { # prometheus-instance up|down <dir> <port> <config f
 
 # ---------------------------------------------------------------- main
 case ${1:-} in
+  # Tools the tests call that are no service: systemd-analyze (the units' verify test).
+  test-tools) command -v systemd-analyze >/dev/null || apt_install systemd; exit 0 ;;
   prometheus-instance) shift; prometheus_instance_cmd "$@"; exit 0 ;;
   zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
   zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;

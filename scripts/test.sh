@@ -6,5 +6,6 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 bash scripts/bootstrap.sh
 bash scripts/services.sh up
+bash scripts/services.sh test-tools
 bash scripts/lint.sh
 exec .venv/bin/python -m pytest "$@"

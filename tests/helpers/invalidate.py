@@ -244,3 +244,11 @@ def stale_entries(cache: Any, conn: pymysql.connections.Connection) -> list[str]
                 stale.append(f"{key}: cached {cached!r}, database {row}")
     conn.commit()
     return stale
+
+
+def execute(conn: Any, *statements: str) -> None:
+    """The statements in one transaction, committed."""
+    with conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+    conn.commit()

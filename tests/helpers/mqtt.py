@@ -111,3 +111,15 @@ def mqtt_daemon(
         extra_yaml=f"filters: {{include: ['{db}\\..*']}}\ncheckpoint: {{interval_s: 0.2}}\n"
         + extra_yaml,
     )  # fmt: skip
+
+
+def write_rows(conn: Any, first: int, count: int) -> None:
+    """Into table `m (id, v)`, per row: an insert, an update, every third a delete; one
+    transaction each (3 changes per row, 2 for the others: 117 for 50 rows from 0)."""
+    with conn.cursor() as cur:
+        for i in range(first, first + count):
+            cur.execute("INSERT INTO m VALUES (%s, 0)", (i,))
+            cur.execute("UPDATE m SET v = v + 1 WHERE id = %s", (i,))
+            if i % 3 == 0:
+                cur.execute("DELETE FROM m WHERE id = %s", (i,))
+            conn.commit()

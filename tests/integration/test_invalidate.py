@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,8 @@ from tests.helpers.invalidate import (
     Reader,
     Users,
     committed,
+    execute,
+    free_port,
     stale_entries,
     topic_ends,
 )
@@ -50,10 +51,7 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(
     db, memory_kafka, tmp_path
 ) -> None:
     conn, name = db
-    with conn.cursor() as cur:
-        cur.execute(USERS_SQL)
-        cur.execute(USERS_FILL_SQL)
-    conn.commit()
+    execute(conn, USERS_SQL, USERS_FILL_SQL)
     cache_server = PrivateRedis(tmp_path / "redis")
     cache_server.up()
     prefix = f"i{uuid.uuid4().hex[:8]}"
@@ -211,16 +209,11 @@ def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
     """invalidate.metrics_listen: the counters match what was written, and /readyz says 503
     (with /healthz still 200: waiting is not hanging) while Redis is down, 200 once back."""
     conn, name = db
-    with conn.cursor() as cur:
-        cur.execute(USERS_SQL)
-        cur.execute(USERS_FILL_SQL)
-    conn.commit()
+    execute(conn, USERS_SQL, USERS_FILL_SQL)
     cache_server = PrivateRedis(tmp_path / "redis")
     cache_server.up()
     prefix = f"i{uuid.uuid4().hex[:8]}"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     replicad = KafkaReplicad(
         tmp_path / "replicad", server_id=7403, prefix=prefix, kafka=memory_kafka,
         extra_yaml=(
@@ -242,9 +235,7 @@ def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: http_get(base + "/readyz")[0] == 200, 30, "/readyz 200")
-        with conn.cursor() as cur:
-            cur.execute("UPDATE users SET v = v + 1 WHERE id <= 40")
-        conn.commit()
+        execute(conn, "UPDATE users SET v = v + 1 WHERE id <= 40")
 
         def deleted() -> float | None:
             return sample(http_get(base + "/metrics")[1], "replicad_invalidate_keys_deleted_total")
@@ -257,9 +248,7 @@ def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
         assert sample(metrics, "replicad_invalidate_assigned_partitions") == 2
 
         cache_server.down()
-        with conn.cursor() as cur:
-            cur.execute("UPDATE users SET v = v + 1 WHERE id = 41")
-        conn.commit()
+        execute(conn, "UPDATE users SET v = v + 1 WHERE id = 41")
         wait_for(lambda: http_get(base + "/readyz")[0] == 503, 30, "/readyz 503 without Redis")
         assert "Redis has not taken a batch" in http_get(base + "/readyz")[1]
         metrics = http_get(base + "/metrics")[1]

@@ -32,6 +32,7 @@ from tests.helpers.invalidate import (
     Reader,
     Users,
     committed,
+    execute,
     free_port,
     stale_entries,
     topic_ends,
@@ -82,13 +83,6 @@ def _invalidate_once(config: Path, env: dict[str, str]) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-def _execute(conn: pymysql.connections.Connection, *statements: str) -> None:
-    with conn.cursor() as cur:
-        for sql in statements:
-            cur.execute(sql)
-    conn.commit()
-
-
 def _gone(cache: Any, keys: list[str]) -> Callable[[], bool]:
     return lambda: not any(cache.exists(k) for k in keys)
 
@@ -114,7 +108,7 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
         "--user", "default", "off", "--user", "inv", "on", ">right-pw-1", "~*", "&*", "+@all",
         port=port,
     )  # fmt: skip
-    _execute(conn, "CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40))",
+    execute(conn, "CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40))",
              "CREATE TABLE g (id INT PRIMARY KEY)",
              "CREATE TABLE o (id INT PRIMARY KEY)")  # fmt: skip
     url = f"rediss://inv@127.0.0.1:{port}/0"
@@ -137,7 +131,7 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
         invalidator.start()
         row_keys = [f"u:{i}" for i in range(1, 21)] + [f"u:email:m{i}@x" for i in range(1, 21)]
         cache.mset(dict.fromkeys(row_keys, "cached"))
-        _execute(conn, "INSERT INTO u SELECT seq, CONCAT('m', seq, '@x') FROM seq_1_to_20",
+        execute(conn, "INSERT INTO u SELECT seq, CONCAT('m', seq, '@x') FROM seq_1_to_20",
                  "INSERT INTO g VALUES (1)", "INSERT INTO o VALUES (1)")  # fmt: skip
         wait_for(_gone(cache, row_keys), 60, "the rows' keys to go over TLS")
 
@@ -146,11 +140,11 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
         pattern_keys = [f"u:{i}" for i in range(1, 21)] + [f"u:other:{i}" for i in range(1480)]
         kept = {**{f"o:{i}": "o" for i in range(50)}, "x:1": "x", "user:1": "y"}
         cache.mset({**dict.fromkeys(pattern_keys, "cached"), **kept})
-        _execute(conn, "TRUNCATE TABLE u")
+        execute(conn, "TRUNCATE TABLE u")
         wait_for(lambda: not cache.keys("u:*"), 60, "TRUNCATE to unlink every u:* key")
 
         # generation: one INCR per TRUNCATE, RENAME (of the old name) and DROP.
-        _execute(conn, "TRUNCATE TABLE g", "RENAME TABLE g TO g2", "DROP TABLE g2")
+        execute(conn, "TRUNCATE TABLE g", "RENAME TABLE g TO g2", "DROP TABLE g2")
         wait_for(lambda: cache.get("gen:g") == b"3", 60, "gen:g to be bumped 3 times")
         wait_caught_up(replicad, timeout=60)
         for topic in (f"{prefix}.{name}.g", f"{prefix}.schema"):
@@ -217,7 +211,7 @@ class Workload:
 def _topic_made(replicad: KafkaReplicad, conn: pymysql.connections.Connection) -> None:
     """One change through the pipeline, so that the users topic exists before the
     invalidators subscribe (one found later waits for a metadata refresh, 5 s)."""
-    _execute(conn, "UPDATE users SET v = v + 1 WHERE id = 1")
+    execute(conn, "UPDATE users SET v = v + 1 WHERE id = 1")
     wait_caught_up(replicad)
 
 
@@ -264,7 +258,7 @@ def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
     Sentinel. SENTINEL FAILOVER while changes flow: the invalidator logs Redis as unavailable,
     retries, goes on with the new master, and no cached entry is stale afterwards."""
     conn, name = db
-    _execute(conn, USERS_SQL, USERS_FILL_SQL)
+    execute(conn, USERS_SQL, USERS_FILL_SQL)
     taken: set[int] = set()
     master_port, replica_port, sentinel_port = (free_port(taken) for _ in range(3))
     # A replica's full synchronisation starts at once, not after 5 s (diskless sync delay).
@@ -343,7 +337,7 @@ def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_prima
     unlinks row keys on whichever node holds their slot, and a TRUNCATE's scan action
     unlinks the pattern's keys on every primary, leaving another table's keys."""
     conn, name = db
-    _execute(
+    execute(
         conn, "CREATE TABLE c (id INT PRIMARY KEY, v INT)", "CREATE TABLE k (id INT PRIMARY KEY)"
     )
     taken: set[int] = set()
@@ -382,7 +376,7 @@ def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_prima
         for key in row_keys + [f"k:{i}" for i in range(1, 31)]:
             cache.set(key, "cached")
         assert all(n > 0 for n in per_node("c:*")), per_node("c:*")  # keys on every node
-        _execute(conn, "INSERT INTO c SELECT seq, 0 FROM seq_1_to_30",
+        execute(conn, "INSERT INTO c SELECT seq, 0 FROM seq_1_to_30",
                  "INSERT INTO k SELECT seq FROM seq_1_to_30")  # fmt: skip
         wait_for(lambda: per_node("c:*") == [0, 0, 0], 60, "the rows' keys to go on every node")
 
@@ -391,7 +385,7 @@ def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_prima
         cache.set("k:other", "kept")
         before = per_node("c:*")
         assert all(n > 100 for n in before), before
-        _execute(conn, "TRUNCATE TABLE c")
+        execute(conn, "TRUNCATE TABLE c")
         wait_for(lambda: per_node("c:*") == [0, 0, 0], 60, "TRUNCATE's scan to reach every node")
         assert sum(per_node("k:*")) == 1  # the k rows' own keys went with their inserts
         assert cache.get("k:other") == b"kept"
@@ -422,7 +416,7 @@ def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_i
     the oracle holds; one SIGKILLed mid-stream, the other gets all four once the dead
     member's session expired, and the oracle holds again."""
     conn, name = db
-    _execute(conn, USERS_SQL, USERS_FILL_SQL)
+    execute(conn, USERS_SQL, USERS_FILL_SQL)
     server = PrivateRedis(tmp_path / "redis", port=free_port())
     replicad, prefix, group = _pipeline(
         tmp_path, memory_kafka, name, 7614,

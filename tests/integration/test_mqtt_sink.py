@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
 from tests.helpers.kafka_run import gtid_reached, master_gtid
-from tests.helpers.mqtt import Mosquitto, Subscriber
+from tests.helpers.mqtt import Mosquitto, Subscriber, write_rows
 from tests.helpers.mqtt import coordinates as _coordinates
 from tests.helpers.mqtt import mqtt_daemon as _daemon
 
@@ -37,23 +37,14 @@ def test_every_change_has_a_notice_through_a_broker_restart_and_the_position_wai
         subscriber = Subscriber(broker.port, f"{prefix}/#")
         daemon.start()
 
-        def write(first: int, count: int) -> None:
-            with conn.cursor() as cur:
-                for i in range(first, first + count):
-                    cur.execute("INSERT INTO m VALUES (%s, 0)", (i,))
-                    cur.execute("UPDATE m SET v = v + 1 WHERE id = %s", (i,))
-                    if i % 3 == 0:
-                        cur.execute("DELETE FROM m WHERE id = %s", (i,))
-                    conn.commit()
-
-        write(0, 200)
+        write_rows(conn, 0, 200)
         stopper = threading.Thread(target=lambda: (time.sleep(0.3), broker.down()))
         stopper.start()
-        write(200, 200)  # the broker goes away in the middle of these
+        write_rows(conn, 200, 200)  # the broker goes away in the middle of these
         stopper.join()
 
         # Away: changes go on; the position must not pass them.
-        write(400, 50)
+        write_rows(conn, 400, 50)
         target = master_gtid()
         time.sleep(3)
         assert not gtid_reached((daemon.position() or {}).get("mariadb_gtid"), target)

@@ -15,28 +15,16 @@ import urllib.request
 import uuid
 
 import orjson
-import pymysql
 import pytest
 
 from tests.helpers.daemon_process import ROOT, wait_for
 from tests.helpers.invalidate import free_port
 from tests.helpers.kafka_helpers import consume_all
 from tests.helpers.kafka_run import gtid_reached, master_gtid
-from tests.helpers.mqtt import Mosquitto, Subscriber, coordinates, mqtt_daemon
+from tests.helpers.mqtt import Mosquitto, Subscriber, coordinates, mqtt_daemon, write_rows
 from tests.helpers.pki import server_pki
 
 pytestmark = pytest.mark.integration
-
-
-def _write(conn: pymysql.connections.Connection, first: int, count: int) -> None:
-    """Per row: an insert, an update, every third a delete; one transaction each."""
-    with conn.cursor() as cur:
-        for i in range(first, first + count):
-            cur.execute("INSERT INTO m VALUES (%s, 0)", (i,))
-            cur.execute("UPDATE m SET v = v + 1 WHERE id = %s", (i,))
-            if i % 3 == 0:
-                cur.execute("DELETE FROM m WHERE id = %s", (i,))
-            conn.commit()
 
 
 def _reached(daemon, target: str) -> bool:
@@ -58,7 +46,7 @@ def test_tls_notices_arrive_and_an_unknown_ca_stops_the_daemon_with_78(db, tmp_p
     try:
         subscriber = Subscriber(broker.port, f"{prefix}/#", ca=pki.ca)
         daemon.start()
-        _write(conn, 0, 30)
+        write_rows(conn, 0, 30)
         target = master_gtid()
         wait_for(lambda: _reached(daemon, target), 30, "the position to pass every change")
         wanted = {coordinates(m) for m in daemon.messages()}
@@ -76,7 +64,7 @@ def test_tls_notices_arrive_and_an_unknown_ca_stops_the_daemon_with_78(db, tmp_p
         )  # fmt: skip
         try:
             time.sleep(1.0)
-            _write(conn, 100, 1)  # a notice to send
+            write_rows(conn, 100, 1)  # a notice to send
             _, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
@@ -179,7 +167,7 @@ def test_a_frozen_broker_holds_the_pipeline_at_max_in_flight_and_nothing_is_lost
     try:
         subscriber = Subscriber(broker.port, f"{prefix}/#")
         daemon.start()
-        _write(conn, 0, 10)
+        write_rows(conn, 0, 10)
         before = master_gtid()
         wait_for(lambda: _reached(daemon, before), 30, "the first changes to be acknowledged")
         position = daemon.position()
@@ -187,7 +175,7 @@ def test_a_frozen_broker_holds_the_pipeline_at_max_in_flight_and_nothing_is_lost
 
         os.kill(broker.pid(), signal.SIGSTOP)
         frozen = True
-        _write(conn, 10, 40)  # 117 changes
+        write_rows(conn, 10, 40)  # 117 changes
         wait_for(lambda: daemon.count("mqtt_backpressure") > 0, 10, "the back-pressure line")
         time.sleep(0.5)
         # The pipeline stopped reading with max_in_flight notices taken, none acknowledged,
