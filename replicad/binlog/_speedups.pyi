@@ -18,3 +18,26 @@ class ImageDecoder:
         pure_factory: Callable[[], Any] | None = None,
     ) -> None: ...
     def decode(self, body: Any, pos: int) -> tuple[dict[str, Any], int]: ...
+    def json_setup(
+        self, prefixes: Sequence[bytes], fallback: Callable[[int, Any], bytes]
+    ) -> None: ...
+    @property
+    def json_ready(self) -> bool: ...
+
+def encode_rows(
+    first: ImageDecoder,
+    second: ImageDecoder | None,
+    body: bytes,
+    pos: int,
+    kind: int,
+    head: bytes,
+    tails: tuple[bytes, ...],
+    row0: int,
+    key_mode: int,
+    key_names: tuple[bytes, ...],
+    key_first: tuple[int, ...],
+    key_second: tuple[int, ...],
+    const_key: bytes | None,
+    split: bool,
+    lines: bool,
+) -> tuple[Any, int]: ...

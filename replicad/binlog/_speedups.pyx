@@ -27,7 +27,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Decode, PyUnicode_DecodeUTF8
 from libc.math cimport isfinite, isinf
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 import datetime as _dt
 from decimal import Context as _Context
@@ -357,6 +357,292 @@ cdef object _set_members(uint64_t mask, object names):
     return PyUnicode_Join(",", members)
 
 
+# ---------------------------------------------------------------------- JSON text writers
+# What `encode_rows` writes must be byte-for-byte what the envelope's pure path (orjson with
+# `envelope._default`) writes for the decoded values; tests compare the two on every type.
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    void *PyMem_Realloc(void *p, size_t n)
+
+cdef struct Buf:
+    char *data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+cdef int _INT_SIZE[24]  # bytes of the integer opcodes, by opcode (OP_I8 = 1 .. OP_U64 = 10)
+_INT_SIZE[:] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 8, 8] + [0] * 13
+
+cdef const char *_HEX = b"0123456789abcdef"
+cdef const char *_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+cdef int _reserve(Buf *b, Py_ssize_t need) except -1:
+    cdef Py_ssize_t cap
+    cdef char *data
+    if b.len + need <= b.cap:
+        return 0
+    cap = b.cap * 2 if b.cap else 4096
+    while cap < b.len + need:
+        cap *= 2
+    data = <char *>PyMem_Realloc(b.data, cap)
+    if data == NULL:
+        raise MemoryError()
+    b.data = data
+    b.cap = cap
+    return 0
+
+
+cdef inline int _put(Buf *b, const char *s, Py_ssize_t n) except -1:
+    if b.len + n > b.cap:
+        _reserve(b, n)
+    memcpy(b.data + b.len, s, n)
+    b.len += n
+    return 0
+
+
+cdef inline int _put_bytes(Buf *b, bytes s) except -1:
+    return _put(b, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
+
+
+cdef int _put_u64(Buf *b, uint64_t v) except -1:
+    cdef char tmp[24]
+    cdef int n = 0
+    while True:
+        tmp[23 - n] = <char>(48 + v % 10)
+        n += 1
+        v //= 10
+        if not v:
+            break
+    return _put(b, tmp + 24 - n, n)
+
+
+cdef int _put_i64(Buf *b, int64_t v) except -1:
+    if v < 0:
+        _put(b, b"-", 1)
+        return _put_u64(b, <uint64_t>0 - <uint64_t>v)
+    return _put_u64(b, <uint64_t>v)
+
+
+cdef int _put_double(Buf *b, double d) except -1:
+    """orjson's text of a float: Python's repr, except that an exponent of -5 is written out
+    in full (1e-05 -> 0.00001) and other negative exponents lose their leading zero."""
+    cdef char *text
+    cdef char *e
+    cdef Py_ssize_t n, i
+    cdef int exponent
+    if not isfinite(d):
+        return _put(b, b"null", 4)
+    text = PyOS_double_to_string(d, c'r', 0, 2, NULL)  # 2: Py_DTSF_ADD_DOT_0, as repr()
+    try:
+        n = len(text)
+        e = NULL
+        for i in range(n):
+            if text[i] == c'e':
+                e = text + i
+                break
+        if e == NULL or e[1] != c'-':
+            return _put(b, text, n)
+        exponent = 0
+        i = 2
+        while e[i]:
+            exponent = exponent * 10 + (e[i] - 48)
+            i += 1
+        if exponent != 5:
+            _put(b, text, e - text + 2)
+            return _put_u64(b, <uint64_t>exponent)
+        if text[0] == c'-':
+            _put(b, b"-0.0000", 7)
+        else:
+            _put(b, b"0.0000", 6)
+        for i in range(e - text):
+            if text[i] != c'.' and text[i] != c'-':
+                _put(b, text + i, 1)
+        return 0
+    finally:
+        PyMem_Free(text)
+
+
+cdef int _put_decimal(Buf *b, ColOp *op, const unsigned char *q) except -2:
+    """str(Decimal) in quotes for a DECIMAL with a C-sized coefficient; -1 (nothing written)
+    where Python would use exponent notation (a value below 1e-6)."""
+    cdef char text[64]
+    cdef int n = replicad_decimal_text(q, op.arg1, op.ngroups, op.gbytes, op.gdigits, op.arg3,
+                                       0, text)
+    cdef int scale = op.arg2
+    cdef int sign = 1 if text[0] == c'-' else 0
+    cdef int digits = n - sign
+    cdef int i
+    if n < 0 or digits - 1 - scale < -6:
+        return -1
+    _put(b, b'"', 1)
+    if sign:
+        _put(b, b"-", 1)
+    if scale == 0:
+        _put(b, text + sign, digits)
+    elif digits > scale:
+        _put(b, text + sign, digits - scale)
+        _put(b, b".", 1)
+        _put(b, text + sign + digits - scale, scale)
+    else:
+        _put(b, b"0.", 2)
+        for i in range(scale - digits):
+            _put(b, b"0", 1)
+        _put(b, text + sign, digits)
+    _put(b, b'"', 1)
+    return 0
+
+
+cdef inline void _digits(char *at, int v, int width) noexcept:
+    cdef int i
+    for i in range(width - 1, -1, -1):
+        at[i] = <char>(48 + v % 10)
+        v //= 10
+
+
+cdef int _put_date(Buf *b, int y, int m, int d, bint close) except -1:
+    cdef char t[12]
+    t[0] = c'"'
+    _digits(t + 1, y, 4)
+    t[5] = c'-'
+    _digits(t + 6, m, 2)
+    t[8] = c'-'
+    _digits(t + 9, d, 2)
+    t[11] = c'"'
+    return _put(b, t, 12 if close else 11)
+
+
+cdef int _put_datetime(Buf *b, int y, int mo, int d, int h, int mi, int s, int us,
+                       bint utc) except -1:
+    """orjson's datetime: the microseconds only when not 0, 'Z' for UTC (OPT_UTC_Z)."""
+    cdef char t[20]
+    _put_date(b, y, mo, d, False)
+    t[0] = c'T'
+    _digits(t + 1, h, 2)
+    t[3] = c':'
+    _digits(t + 4, mi, 2)
+    t[6] = c':'
+    _digits(t + 7, s, 2)
+    n = 9
+    if us:
+        t[9] = c'.'
+        _digits(t + 10, us, 6)
+        n = 16
+    if utc:
+        t[n] = c'Z'
+        n += 1
+    t[n] = c'"'
+    return _put(b, t, n + 1)
+
+
+cdef int _put_base64(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
+    cdef Py_ssize_t i
+    cdef char *o
+    cdef uint32_t v
+    _reserve(b, (n + 2) // 3 * 4 + 2)
+    o = b.data + b.len
+    o[0] = c'"'
+    o += 1
+    i = 0
+    while i + 3 <= n:
+        v = (<uint32_t>q[i] << 16) | (<uint32_t>q[i + 1] << 8) | q[i + 2]
+        o[0] = _B64[v >> 18]
+        o[1] = _B64[(v >> 12) & 63]
+        o[2] = _B64[(v >> 6) & 63]
+        o[3] = _B64[v & 63]
+        o += 4
+        i += 3
+    if n - i == 1:
+        v = <uint32_t>q[i] << 16
+        o[0] = _B64[v >> 18]
+        o[1] = _B64[(v >> 12) & 63]
+        o[2] = c'='
+        o[3] = c'='
+        o += 4
+    elif n - i == 2:
+        v = (<uint32_t>q[i] << 16) | (<uint32_t>q[i + 1] << 8)
+        o[0] = _B64[v >> 18]
+        o[1] = _B64[(v >> 12) & 63]
+        o[2] = _B64[(v >> 6) & 63]
+        o[3] = c'='
+        o += 4
+    o[0] = c'"'
+    b.len = o + 1 - b.data
+    return 0
+
+
+cdef int _put_json_text(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
+    """Valid UTF-8 as a JSON string the way orjson escapes it: quote, backslash, and the
+    control characters below 0x20 (short forms where JSON has them); nothing else."""
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    cdef char *o
+    _reserve(b, 6 * n + 2)
+    o = b.data + b.len
+    o[0] = c'"'
+    o += 1
+    for i in range(n):
+        c = q[i]
+        if c >= 0x20 and c != 0x22 and c != 0x5C:
+            o[0] = <char>c
+            o += 1
+            continue
+        o[0] = c'\\'
+        if c == 0x22 or c == 0x5C:
+            o[1] = <char>c
+        elif c == 0x0A:
+            o[1] = c'n'
+        elif c == 0x09:
+            o[1] = c't'
+        elif c == 0x0D:
+            o[1] = c'r'
+        elif c == 0x08:
+            o[1] = c'b'
+        elif c == 0x0C:
+            o[1] = c'f'
+        else:
+            o[1] = c'u'
+            o[2] = c'0'
+            o[3] = c'0'
+            o[4] = _HEX[c >> 4]
+            o[5] = _HEX[c & 15]
+            o += 4
+        o += 2
+    o[0] = c'"'
+    b.len = o + 1 - b.data
+    return 0
+
+
+cdef inline bint _ascii(const unsigned char *q, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if q[i] & 0x80:
+            return False
+    return True
+
+
+cdef bint _valid_utf8(const unsigned char *q, Py_ssize_t n):
+    """Exactly the strings Python's strict UTF-8 decoder accepts (the pure path's test)."""
+    try:
+        PyUnicode_DecodeUTF8(<char *>q, n, NULL)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+cdef int _put_str(Buf *b, str s) except -1:
+    cdef Py_ssize_t n
+    cdef const char *q = PyUnicode_AsUTF8AndSize(s, &n)
+    return _put_json_text(b, <const unsigned char *>q, n)
+
+
+cdef int _put_fallback(Buf *b, object fallback, Py_ssize_t i, object value) except -1:
+    cdef object text = fallback(i, value)
+    if not PyBytes_CheckExact(text):
+        raise TypeError("the JSON fallback must return bytes")
+    return _put_bytes(b, <bytes>text)
+
+
 cdef class ImageDecoder:
     """One row-image layout compiled to a plan; `decode(body, pos) -> (row, next_pos)`."""
 
@@ -368,6 +654,8 @@ cdef class ImageDecoder:
     cdef object pure_factory
     cdef object pure
     cdef readonly tuple plan
+    cdef tuple json_prefixes
+    cdef object json_fallback
 
     def __cinit__(self, names, plan, pure_factory=None):
         cdef Py_ssize_t i
@@ -447,23 +735,231 @@ cdef class ImageDecoder:
             return self._pure_decode(body, pos)
         return self._decode(<bytes>body, pos)
 
-    cdef tuple _decode(self, bytes body, Py_ssize_t pos):
-        cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
-        cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
-        cdef const unsigned char *nulls
+    cdef object _value(self, Py_ssize_t i, bytes body, const unsigned char *p,
+                       Py_ssize_t size, Py_ssize_t *ppos):
+        """Column `i` (not NULL) at ppos[0]: its Python value; ppos[0] moves past it."""
+        cdef Py_ssize_t pos = ppos[0]
         cdef const unsigned char *q
         cdef ColOp *op
-        cdef Py_ssize_t i, n, need
+        cdef Py_ssize_t n, need
         cdef int k
         cdef uint64_t u
         cdef int64_t x, ymd, ym, hms, year, month, day
         cdef long long us
         cdef double d
         cdef int yy, mm, dd
-        cdef tuple names = self.names
-        cdef dict row
         cdef object value
         cdef object obj
+        op = &self.ops[i]
+        q = p + (pos if pos <= size else size)  # never dereferenced before a length check
+        k = op.op
+        if k == OP_STR:
+            need = op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            n = <Py_ssize_t>_le(q, op.arg1)
+            pos += need
+            if n > size - pos:
+                _overrun(pos, n, size)
+            q = p + pos
+            pos += n
+            if op.arg2 == MODE_UTF8:
+                try:
+                    value = PyUnicode_DecodeUTF8(<char *>q, n, NULL)
+                except UnicodeDecodeError:
+                    value = PyBytes_FromStringAndSize(<char *>q, n)
+            elif op.arg2 == MODE_BYTES:
+                value = PyBytes_FromStringAndSize(<char *>q, n)
+            elif op.arg2 == MODE_PADDED:
+                if n < op.arg3:
+                    value = PyBytes_FromStringAndSize(NULL, op.arg3)
+                    memcpy(PyBytes_AS_STRING(value), q, n)
+                    memset(PyBytes_AS_STRING(value) + n, 0, op.arg3 - n)
+                else:
+                    value = PyBytes_FromStringAndSize(<char *>q, n)
+            else:
+                obj = <object>PyTuple_GET_ITEM(self.objs, i)
+                try:
+                    value = PyUnicode_Decode(<char *>q, n, PyBytes_AS_STRING(obj), NULL)
+                except UnicodeDecodeError:
+                    value = PyBytes_FromStringAndSize(<char *>q, n)
+        elif k == OP_I32 or k == OP_U32:
+            if 4 > size - pos:
+                _overrun(pos, 4, size)
+            u = _le(q, 4)
+            if k == OP_I32:
+                value = PyLong_FromLong(<long>(<int32_t>u))
+            else:
+                value = PyLong_FromUnsignedLongLong(u)
+            pos += 4
+        elif k == OP_I64 or k == OP_U64:
+            if 8 > size - pos:
+                _overrun(pos, 8, size)
+            u = _le(q, 8)
+            if k == OP_I64:
+                value = PyLong_FromLongLong(<int64_t>u)
+            else:
+                value = PyLong_FromUnsignedLongLong(u)
+            pos += 8
+        elif k == OP_I8 or k == OP_U8:
+            if 1 > size - pos:
+                _overrun(pos, 1, size)
+            if k == OP_I8:
+                value = PyLong_FromLong(<long>(<signed char>q[0]))
+            else:
+                value = PyLong_FromLong(<long>q[0])
+            pos += 1
+        elif k == OP_I16 or k == OP_U16:
+            if 2 > size - pos:
+                _overrun(pos, 2, size)
+            u = _le(q, 2)
+            if k == OP_I16:
+                value = PyLong_FromLong(<long>(<short>u))
+            else:
+                value = PyLong_FromLong(<long>u)
+            pos += 2
+        elif k == OP_I24 or k == OP_U24:
+            if 3 > size - pos:
+                _overrun(pos, 3, size)
+            u = _le(q, 3)
+            if k == OP_I24 and u & 0x800000:
+                value = PyLong_FromLongLong(<int64_t>u - 0x1000000)
+            else:
+                value = PyLong_FromLongLong(<int64_t>u)
+            pos += 3
+        elif k == OP_DOUBLE:
+            if 8 > size - pos:
+                _overrun(pos, 8, size)
+            memcpy(&d, q, 8)
+            value = PyFloat_FromDouble(d)
+            pos += 8
+        elif k == OP_DECIMAL:
+            need = op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            value = _decimal(op, q, op.arg1)
+            pos += need
+        elif k == OP_DATETIME2:
+            need = 5 + op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            x = <int64_t>_be(q, 5) - 0x8000000000
+            us = <long long>_be(q + 5, op.arg1) * op.arg2
+            pos += need
+            ymd = x >> 17
+            ym = ymd >> 5
+            hms = x & 0x1FFFF
+            year = _floordiv(ym, 13)
+            month = ym - year * 13
+            day = ymd & 31
+            if (
+                _valid_date(year, month, day)
+                and (hms >> 12) < 24
+                and ((hms >> 6) & 63) < 60
+                and (hms & 63) < 60
+                and us <= 999999
+            ):
+                value = datetime_new(
+                    <int>year, <int>month, <int>day, <int>(hms >> 12), <int>((hms >> 6) & 63),
+                    <int>(hms & 63), <int>us, None
+                )
+            else:
+                value = _FORMAT_DATETIME(
+                    year, month, day, hms >> 12, (hms >> 6) & 63, hms & 63, us, op.arg3
+                )
+        elif k == OP_TIMESTAMP2:
+            need = 4 + op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            u = _be(q, 4)
+            us = <long long>_be(q + 4, op.arg1) * op.arg2
+            pos += need
+            if u or us:
+                if us > 999999:
+                    raise ValueError("microsecond must be in 0..999999")
+                replicad_civil(<long long>(u // 86400), &yy, &mm, &dd)
+                u = u % 86400
+                value = datetime_new(
+                    yy, mm, dd, <int>(u // 3600), <int>(u // 60 % 60), <int>(u % 60),
+                    <int>us, _UTC
+                )
+            else:
+                value = <object>PyTuple_GET_ITEM(self.objs, i)
+        elif k == OP_DATE:
+            if 3 > size - pos:
+                _overrun(pos, 3, size)
+            u = _le(q, 3)
+            pos += 3
+            year, month, day = u >> 9, (u >> 5) & 15, u & 31
+            if _valid_date(year, month, day):
+                value = date_new(<int>year, <int>month, <int>day)
+            else:
+                value = _FORMAT_DATE(year, month, day)
+        elif k == OP_ENUM:
+            need = op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            u = _le(q, op.arg1)
+            pos += need
+            obj = <object>PyTuple_GET_ITEM(self.objs, i)
+            if obj is None:
+                value = PyLong_FromUnsignedLongLong(u)
+            elif u == 0:
+                value = ""
+            elif <Py_ssize_t>u <= PyTuple_GET_SIZE(obj):
+                value = <object>PyTuple_GET_ITEM(obj, <Py_ssize_t>u - 1)
+            else:
+                value = PyLong_FromUnsignedLongLong(u)
+        elif k == OP_CALL:
+            obj = <object>PyTuple_GET_ITEM(self.objs, i)
+            value, pos = obj(body, pos)
+        elif k == OP_FLOAT:
+            if 4 > size - pos:
+                _overrun(pos, 4, size)
+            value = _float32(q)
+            pos += 4
+        elif k == OP_TIME2:
+            need = 3 + op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            value = _time2(op.arg1, op.arg2, q)
+            pos += need
+        elif k == OP_YEAR:
+            if 1 > size - pos:
+                _overrun(pos, 1, size)
+            value = PyLong_FromLong(q[0] + 1900 if q[0] else 0)
+            pos += 1
+        elif k == OP_SET:
+            need = op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            u = _le(q, op.arg1)
+            pos += need
+            obj = <object>PyTuple_GET_ITEM(self.objs, i)
+            if obj is None:
+                value = PyLong_FromUnsignedLongLong(u)
+            else:
+                value = _set_members(u, obj)
+        elif k == OP_BIT:
+            need = op.arg1
+            if need > size - pos:
+                _overrun(pos, need, size)
+            value = PyLong_FromUnsignedLongLong(_be(q, op.arg1))
+            pos += need
+        elif k == OP_NULL:
+            value = None
+        else:
+            raise SystemError(f"unknown opcode {k}")
+        ppos[0] = pos
+        return value
+
+    cdef tuple _decode(self, bytes body, Py_ssize_t pos):
+        cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
+        cdef const unsigned char *nulls
+        cdef Py_ssize_t i
+        cdef tuple names = self.names
+        cdef dict row
         if self.null_bytes > size - pos:
             _overrun(pos, self.null_bytes, size)
         nulls = p + pos
@@ -473,10 +969,67 @@ cdef class ImageDecoder:
             if nulls[i >> 3] >> (i & 7) & 1:
                 PyDict_SetItem(row, <object>PyTuple_GET_ITEM(names, i), None)
                 continue
+            PyDict_SetItem(
+                row, <object>PyTuple_GET_ITEM(names, i), self._value(i, body, p, size, &pos)
+            )
+        return row, pos
+
+    # ------------------------------------------------------------------ JSON encoding
+
+    def json_setup(self, prefixes, fallback):
+        """Ready this layout for `encode_rows`: `prefixes[i]` is the JSON text before column
+        i's value (``{"name":`` for the first, ``,"name":`` after); `fallback(i, value)` gives
+        the JSON bytes of a value the native writers do not cover (JSON documents, TIME,
+        SET, zero dates, wide DECIMALs, text in other charsets), exactly as the envelope's
+        pure path writes it."""
+        if len(prefixes) != self.ncols:
+            raise ValueError("one prefix per column")
+        self.json_prefixes = tuple(prefixes)
+        self.json_fallback = fallback
+
+    @property
+    def json_ready(self):
+        return self.json_prefixes is not None
+
+    cdef int _json(self, bytes body, const unsigned char *p, Py_ssize_t size, Py_ssize_t *ppos,
+                   Buf *out, Py_ssize_t *spans, unsigned char *kinds) except -1:
+        """Append the row image at ppos[0] as a JSON object to `out` (the bytes orjson writes
+        for the decoded row); spans[2i], spans[2i+1]: where column i's value text lies in
+        `out`; kinds[i]: 1 when a text column came out as base64 (not valid in its charset),
+        so that equal texts of different Python types never compare equal."""
+        cdef const unsigned char *nulls
+        cdef const unsigned char *q
+        cdef ColOp *op
+        cdef Py_ssize_t i, n, need
+        cdef Py_ssize_t pos = ppos[0]
+        cdef int k, r
+        cdef uint64_t u
+        cdef int64_t x, ymd, ym, hms, year, month, day
+        cdef long long us
+        cdef double d
+        cdef int yy, mm, dd
+        cdef bytes prefix
+        cdef object value
+        if self.ncols == 0:
+            _put(out, b"{}", 2)
+            return 0
+        if self.null_bytes > size - pos:
+            _overrun(pos, self.null_bytes, size)
+        nulls = p + pos
+        pos += self.null_bytes
+        for i in range(self.ncols):
+            prefix = <bytes>PyTuple_GET_ITEM(self.json_prefixes, i)
+            _put(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix))
+            spans[2 * i] = out.len
+            kinds[i] = 0
+            if nulls[i >> 3] >> (i & 7) & 1:
+                _put(out, b"null", 4)
+                spans[2 * i + 1] = out.len
+                continue
             op = &self.ops[i]
             q = p + (pos if pos <= size else size)  # never dereferenced before a length check
             k = op.op
-            if k == OP_STR:
+            if k == OP_STR and op.arg2 == MODE_UTF8:
                 need = op.arg1
                 if need > size - pos:
                     _overrun(pos, need, size)
@@ -486,81 +1039,59 @@ cdef class ImageDecoder:
                     _overrun(pos, n, size)
                 q = p + pos
                 pos += n
-                if op.arg2 == MODE_UTF8:
-                    try:
-                        value = PyUnicode_DecodeUTF8(<char *>q, n, NULL)
-                    except UnicodeDecodeError:
-                        value = PyBytes_FromStringAndSize(<char *>q, n)
-                elif op.arg2 == MODE_BYTES:
-                    value = PyBytes_FromStringAndSize(<char *>q, n)
-                elif op.arg2 == MODE_PADDED:
-                    if n < op.arg3:
-                        value = PyBytes_FromStringAndSize(NULL, op.arg3)
-                        memcpy(PyBytes_AS_STRING(value), q, n)
-                        memset(PyBytes_AS_STRING(value) + n, 0, op.arg3 - n)
-                    else:
-                        value = PyBytes_FromStringAndSize(<char *>q, n)
+                if _ascii(q, n) or _valid_utf8(q, n):
+                    _put_json_text(out, q, n)
                 else:
-                    obj = <object>PyTuple_GET_ITEM(self.objs, i)
-                    try:
-                        value = PyUnicode_Decode(<char *>q, n, PyBytes_AS_STRING(obj), NULL)
-                    except UnicodeDecodeError:
-                        value = PyBytes_FromStringAndSize(<char *>q, n)
-            elif k == OP_I32 or k == OP_U32:
-                if 4 > size - pos:
-                    _overrun(pos, 4, size)
-                u = _le(q, 4)
-                if k == OP_I32:
-                    value = PyLong_FromLong(<long>(<int32_t>u))
+                    kinds[i] = 1
+                    _put_base64(out, q, n)
+            elif k == OP_STR and (op.arg2 == MODE_BYTES or op.arg2 == MODE_PADDED):
+                need = op.arg1
+                if need > size - pos:
+                    _overrun(pos, need, size)
+                n = <Py_ssize_t>_le(q, op.arg1)
+                pos += need
+                if n > size - pos:
+                    _overrun(pos, n, size)
+                q = p + pos
+                pos += n
+                if op.arg2 == MODE_PADDED and n < op.arg3:
+                    value = PyBytes_FromStringAndSize(NULL, op.arg3)
+                    memcpy(PyBytes_AS_STRING(value), q, n)
+                    memset(PyBytes_AS_STRING(value) + n, 0, op.arg3 - n)
+                    _put_base64(out, <const unsigned char *>PyBytes_AS_STRING(value), op.arg3)
                 else:
-                    value = PyLong_FromUnsignedLongLong(u)
-                pos += 4
-            elif k == OP_I64 or k == OP_U64:
-                if 8 > size - pos:
-                    _overrun(pos, 8, size)
-                u = _le(q, 8)
-                if k == OP_I64:
-                    value = PyLong_FromLongLong(<int64_t>u)
+                    _put_base64(out, q, n)
+            elif k >= OP_I8 and k <= OP_U64:
+                need = _INT_SIZE[k]
+                if need > size - pos:
+                    _overrun(pos, need, size)
+                u = _le(q, <int>need)
+                pos += need
+                if k == OP_U8 or k == OP_U16 or k == OP_U24 or k == OP_U32 or k == OP_U64:
+                    _put_u64(out, u)
+                elif k == OP_I8:
+                    _put_i64(out, <signed char>u)
+                elif k == OP_I16:
+                    _put_i64(out, <short>u)
+                elif k == OP_I24:
+                    _put_i64(out, <int64_t>u - 0x1000000 if u & 0x800000 else <int64_t>u)
+                elif k == OP_I32:
+                    _put_i64(out, <int32_t>u)
                 else:
-                    value = PyLong_FromUnsignedLongLong(u)
-                pos += 8
-            elif k == OP_I8 or k == OP_U8:
-                if 1 > size - pos:
-                    _overrun(pos, 1, size)
-                if k == OP_I8:
-                    value = PyLong_FromLong(<long>(<signed char>q[0]))
-                else:
-                    value = PyLong_FromLong(<long>q[0])
-                pos += 1
-            elif k == OP_I16 or k == OP_U16:
-                if 2 > size - pos:
-                    _overrun(pos, 2, size)
-                u = _le(q, 2)
-                if k == OP_I16:
-                    value = PyLong_FromLong(<long>(<short>u))
-                else:
-                    value = PyLong_FromLong(<long>u)
-                pos += 2
-            elif k == OP_I24 or k == OP_U24:
-                if 3 > size - pos:
-                    _overrun(pos, 3, size)
-                u = _le(q, 3)
-                if k == OP_I24 and u & 0x800000:
-                    value = PyLong_FromLongLong(<int64_t>u - 0x1000000)
-                else:
-                    value = PyLong_FromLongLong(<int64_t>u)
-                pos += 3
+                    _put_i64(out, <int64_t>u)
             elif k == OP_DOUBLE:
                 if 8 > size - pos:
                     _overrun(pos, 8, size)
                 memcpy(&d, q, 8)
-                value = PyFloat_FromDouble(d)
                 pos += 8
-            elif k == OP_DECIMAL:
+                _put_double(out, d)
+            elif k == OP_DECIMAL and op.arg3:
                 need = op.arg1
                 if need > size - pos:
                     _overrun(pos, need, size)
-                value = _decimal(op, q, op.arg1)
+                if _put_decimal(out, op, q) < 0:
+                    value = _decimal(op, q, op.arg1)
+                    _put_fallback(out, self.json_fallback, i, value)
                 pos += need
             elif k == OP_DATETIME2:
                 need = 5 + op.arg1
@@ -568,7 +1099,6 @@ cdef class ImageDecoder:
                     _overrun(pos, need, size)
                 x = <int64_t>_be(q, 5) - 0x8000000000
                 us = <long long>_be(q + 5, op.arg1) * op.arg2
-                pos += need
                 ymd = x >> 17
                 ym = ymd >> 5
                 hms = x & 0x1FFFF
@@ -582,96 +1112,242 @@ cdef class ImageDecoder:
                     and (hms & 63) < 60
                     and us <= 999999
                 ):
-                    value = datetime_new(
-                        <int>year, <int>month, <int>day, <int>(hms >> 12), <int>((hms >> 6) & 63),
-                        <int>(hms & 63), <int>us, None
-                    )
+                    pos += need
+                    _put_datetime(out, <int>year, <int>month, <int>day, <int>(hms >> 12),
+                                  <int>((hms >> 6) & 63), <int>(hms & 63), <int>us, False)
                 else:
-                    value = _FORMAT_DATETIME(
-                        year, month, day, hms >> 12, (hms >> 6) & 63, hms & 63, us, op.arg3
-                    )
+                    _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
             elif k == OP_TIMESTAMP2:
                 need = 4 + op.arg1
                 if need > size - pos:
                     _overrun(pos, need, size)
                 u = _be(q, 4)
                 us = <long long>_be(q + 4, op.arg1) * op.arg2
-                pos += need
-                if u or us:
-                    if us > 999999:
-                        raise ValueError("microsecond must be in 0..999999")
+                if (u or us) and us <= 999999:
+                    pos += need
                     replicad_civil(<long long>(u // 86400), &yy, &mm, &dd)
                     u = u % 86400
-                    value = datetime_new(
-                        yy, mm, dd, <int>(u // 3600), <int>(u // 60 % 60), <int>(u % 60),
-                        <int>us, _UTC
-                    )
+                    _put_datetime(out, yy, mm, dd, <int>(u // 3600), <int>(u // 60 % 60),
+                                  <int>(u % 60), <int>us, True)
                 else:
-                    value = <object>PyTuple_GET_ITEM(self.objs, i)
+                    _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
             elif k == OP_DATE:
                 if 3 > size - pos:
                     _overrun(pos, 3, size)
                 u = _le(q, 3)
-                pos += 3
                 year, month, day = u >> 9, (u >> 5) & 15, u & 31
                 if _valid_date(year, month, day):
-                    value = date_new(<int>year, <int>month, <int>day)
+                    pos += 3
+                    _put_date(out, <int>year, <int>month, <int>day, True)
                 else:
-                    value = _FORMAT_DATE(year, month, day)
-            elif k == OP_ENUM:
-                need = op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                u = _le(q, op.arg1)
-                pos += need
-                obj = <object>PyTuple_GET_ITEM(self.objs, i)
-                if obj is None:
-                    value = PyLong_FromUnsignedLongLong(u)
-                elif u == 0:
-                    value = ""
-                elif <Py_ssize_t>u <= PyTuple_GET_SIZE(obj):
-                    value = <object>PyTuple_GET_ITEM(obj, <Py_ssize_t>u - 1)
+                    _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
+            elif k == OP_YEAR or k == OP_BIT or k == OP_NULL:
+                # small integers (or null): orjson's text of the decoded value
+                value = self._value(i, body, p, size, &pos)
+                if value is None:
+                    _put(out, b"null", 4)
                 else:
-                    value = PyLong_FromUnsignedLongLong(u)
-            elif k == OP_CALL:
-                obj = <object>PyTuple_GET_ITEM(self.objs, i)
-                value, pos = obj(body, pos)
-            elif k == OP_FLOAT:
-                if 4 > size - pos:
-                    _overrun(pos, 4, size)
-                value = _float32(q)
-                pos += 4
-            elif k == OP_TIME2:
-                need = 3 + op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                value = _time2(op.arg1, op.arg2, q)
-                pos += need
-            elif k == OP_YEAR:
-                if 1 > size - pos:
-                    _overrun(pos, 1, size)
-                value = PyLong_FromLong(q[0] + 1900 if q[0] else 0)
-                pos += 1
-            elif k == OP_SET:
-                need = op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                u = _le(q, op.arg1)
-                pos += need
-                obj = <object>PyTuple_GET_ITEM(self.objs, i)
-                if obj is None:
-                    value = PyLong_FromUnsignedLongLong(u)
+                    _put_u64(out, <uint64_t>value)
+            elif k == OP_ENUM or k == OP_STR:
+                # ENUM members, text in other charsets: str, else bytes (base64)
+                value = self._value(i, body, p, size, &pos)
+                if type(value) is str:
+                    _put_str(out, <str>value)
                 else:
-                    value = _set_members(u, obj)
-            elif k == OP_BIT:
-                need = op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                value = PyLong_FromUnsignedLongLong(_be(q, op.arg1))
-                pos += need
-            elif k == OP_NULL:
-                value = None
+                    kinds[i] = k == OP_STR
+                    _put_fallback(out, self.json_fallback, i, value)
             else:
-                raise SystemError(f"unknown opcode {k}")
-            PyDict_SetItem(row, <object>PyTuple_GET_ITEM(names, i), value)
-        return row, pos
+                _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
+            spans[2 * i + 1] = out.len
+        _put(out, b"}", 1)
+        ppos[0] = pos
+        return 0
+
+
+cdef bint _same_text(Buf *a, Py_ssize_t *sa, unsigned char *ka, Py_ssize_t ia,
+                     Buf *b, Py_ssize_t *sb, unsigned char *kb, Py_ssize_t ib) noexcept:
+    """Whether key column ia of image a and ib of image b have equal values: equal JSON text
+    of the same kind (-1: the column is not in the image, i.e. None)."""
+    cdef const char *ta = b"null"
+    cdef const char *tb = b"null"
+    cdef Py_ssize_t na = 4, nb = 4
+    cdef unsigned char kinda = 0, kindb = 0
+    if ia >= 0:
+        ta, na, kinda = a.data + sa[2 * ia], sa[2 * ia + 1] - sa[2 * ia], ka[ia]
+    if ib >= 0:
+        tb, nb, kindb = b.data + sb[2 * ib], sb[2 * ib + 1] - sb[2 * ib], kb[ib]
+    return na == nb and kinda == kindb and memcmp(ta, tb, na) == 0
+
+
+cdef bytes _key(Buf *k, Buf *img, Py_ssize_t *spans, tuple names, tuple index, int mode,
+                object const_key, Py_ssize_t start, Py_ssize_t stop):
+    cdef Py_ssize_t j, i
+    cdef bytes name
+    if mode == 0:
+        return None
+    if mode == 1:
+        return const_key
+    if mode == 3:
+        return PyBytes_FromStringAndSize(img.data + start, stop - start)
+    k.len = 0
+    for j in range(PyTuple_GET_SIZE(names)):
+        name = <bytes>PyTuple_GET_ITEM(names, j)
+        _put_bytes(k, name)
+        i = <Py_ssize_t>(<object>PyTuple_GET_ITEM(index, j))
+        if i < 0:
+            _put(k, b"null", 4)
+        else:
+            _put(k, img.data + spans[2 * i], spans[2 * i + 1] - spans[2 * i])
+    if PyTuple_GET_SIZE(names) == 0:
+        _put(k, b"{", 1)
+    _put(k, b"}", 1)
+    return PyBytes_FromStringAndSize(k.data, k.len)
+
+
+cdef int _message(Buf *out, Buf *before, Py_ssize_t b0, Buf *after, Py_ssize_t a0,
+                  bytes head, Py_ssize_t row, bytes tail) except -1:
+    _put(out, b'{"before":', 10)
+    if before == NULL:
+        _put(out, b"null", 4)
+    else:
+        _put(out, before.data + b0, before.len - b0)
+    _put(out, b',"after":', 9)
+    if after == NULL:
+        _put(out, b"null", 4)
+    else:
+        _put(out, after.data + a0, after.len - a0)
+    _put_bytes(out, head)
+    _put_u64(out, <uint64_t>row)
+    return _put_bytes(out, tail)
+
+
+def encode_rows(ImageDecoder first, ImageDecoder second, bytes body, Py_ssize_t pos,
+                int kind, bytes head, tuple tails, Py_ssize_t row0, int key_mode,
+                tuple key_names, tuple key_first, tuple key_second, object const_key,
+                bint split, bint lines):
+    """Every message of one ROWS event's row images (from `pos` to the end of `body`), as
+    the envelope writes them: ``{"before":B,"after":A`` + `head` + the row number +
+    ``tails[op]`` (op 0 "c", 1 "u", 2 "d").
+
+    kind: 0 insert (`first` decodes the after image), 1 update (`first` before, `second`
+    after), 2 delete. An update whose key columns changed (`split`) is a delete and a
+    create. key_mode: 0 no key, 1 `const_key`, 2 the key columns (`key_names[j]` the text
+    before column j, ``{"name":`` then ``,"name":``; `key_first`/`key_second` its index in
+    each image, -1 when absent), 3 the whole row image. Returns (messages, rows decoded):
+    with `lines`, one bytes object of every message followed by a newline; else a list of
+    (op, row, key, value).
+    Raises on any image that does not fit (the caller decodes the event the slow way, which
+    names the problem)."""
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
+    cdef Buf out, img1, img2, kbuf
+    cdef Py_ssize_t *s1 = NULL
+    cdef Py_ssize_t *s2 = NULL
+    cdef unsigned char *k1 = NULL
+    cdef unsigned char *k2 = NULL
+    cdef Py_ssize_t row = row0, j, nkeys
+    cdef bint changed
+    cdef list messages = []
+    cdef bytes t_c, t_u, t_d
+    if first.json_prefixes is None or (kind == 1 and (second is None
+                                                     or second.json_prefixes is None)):
+        raise ValueError("json_setup() first")
+    if pos < 0 or pos > size:
+        raise IndexError("rows start outside the event")
+    if len(tails) != 3:
+        raise ValueError("three tails")
+    t_c, t_u, t_d = tails
+    nkeys = len(key_names)
+    if key_mode == 2 and (len(key_first) != nkeys or (kind == 1 and len(key_second) != nkeys)):
+        raise ValueError("one index per key column")
+    memset(&out, 0, sizeof(Buf))
+    memset(&img1, 0, sizeof(Buf))
+    memset(&img2, 0, sizeof(Buf))
+    memset(&kbuf, 0, sizeof(Buf))
+    try:
+        s1 = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * first.ncols + 2))
+        k1 = <unsigned char *>PyMem_Malloc(first.ncols + 1)
+        if kind == 1:
+            s2 = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * second.ncols + 2))
+            k2 = <unsigned char *>PyMem_Malloc(second.ncols + 1)
+            if s2 == NULL or k2 == NULL:
+                raise MemoryError()
+        if s1 == NULL or k1 == NULL:
+            raise MemoryError()
+        while pos < size:
+            if first.ncols == 0:
+                raise ValueError("a row image without columns")  # it would never advance
+            img1.len = 0
+            first._json(body, p, size, &pos, &img1, s1, k1)
+            if kind == 1:
+                img2.len = 0
+                second._json(body, p, size, &pos, &img2, s2, k2)
+            if pos > size:
+                raise IndexError("a row image runs past the event")
+            if kind == 0:
+                _message(&out, NULL, 0, &img1, 0, head, row, t_c)
+                if lines:
+                    _put(&out, b"\n", 1)
+                else:
+                    messages.append(("c", row, _key(&kbuf, &img1, s1, key_names, key_first,
+                                     key_mode, const_key, 0, img1.len),
+                                     PyBytes_FromStringAndSize(out.data, out.len)))
+                    out.len = 0
+            elif kind == 2:
+                _message(&out, &img1, 0, NULL, 0, head, row, t_d)
+                if lines:
+                    _put(&out, b"\n", 1)
+                else:
+                    messages.append(("d", row, _key(&kbuf, &img1, s1, key_names, key_first,
+                                     key_mode, const_key, 0, img1.len),
+                                     PyBytes_FromStringAndSize(out.data, out.len)))
+                    out.len = 0
+            else:
+                changed = False
+                if split:
+                    for j in range(nkeys):
+                        if not _same_text(
+                            &img1, s1, k1, <Py_ssize_t>(<object>PyTuple_GET_ITEM(key_first, j)),
+                            &img2, s2, k2, <Py_ssize_t>(<object>PyTuple_GET_ITEM(key_second, j)),
+                        ):
+                            changed = True
+                            break
+                if changed:
+                    _message(&out, &img1, 0, NULL, 0, head, row, t_d)
+                    if lines:
+                        _put(&out, b"\n", 1)
+                    else:
+                        messages.append(("d", row, _key(&kbuf, &img1, s1, key_names, key_first,
+                                         key_mode, const_key, 0, img1.len),
+                                         PyBytes_FromStringAndSize(out.data, out.len)))
+                        out.len = 0
+                    _message(&out, NULL, 0, &img2, 0, head, row, t_c)
+                    if lines:
+                        _put(&out, b"\n", 1)
+                    else:
+                        messages.append(("c", row, _key(&kbuf, &img2, s2, key_names, key_second,
+                                         key_mode, const_key, 0, img2.len),
+                                         PyBytes_FromStringAndSize(out.data, out.len)))
+                        out.len = 0
+                else:
+                    _message(&out, &img1, 0, &img2, 0, head, row, t_u)
+                    if lines:
+                        _put(&out, b"\n", 1)
+                    else:
+                        messages.append(("u", row, _key(&kbuf, &img2, s2, key_names, key_second,
+                                         key_mode, const_key, 0, img2.len),
+                                         PyBytes_FromStringAndSize(out.data, out.len)))
+                        out.len = 0
+            row += 1
+        if lines:
+            return PyBytes_FromStringAndSize(out.data, out.len), row - row0
+        return messages, row - row0
+    finally:
+        PyMem_Free(out.data)
+        PyMem_Free(img1.data)
+        PyMem_Free(img2.data)
+        PyMem_Free(kbuf.data)
+        PyMem_Free(s1)
+        PyMem_Free(s2)
+        PyMem_Free(k1)
+        PyMem_Free(k2)

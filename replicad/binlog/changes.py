@@ -98,18 +98,55 @@ def iter_row_changes(events: Iterable[Event], *, file: str | None = None) -> Ite
 TableChangesOf = Callable[[QueryEvent, str | None, str | None], Iterable[TableChange]]
 
 
+@dataclass(slots=True)
+class EventRows:
+    """The rows of one ROWS event with their coordinates, not yet decoded: what a consumer
+    that encodes a whole event at once takes (the compiled envelope path); `changes()`
+    decodes them one by one instead. Taken in order, before the next item is asked for (the
+    row numbering is shared with the items after it)."""
+
+    event: RowsEvent
+    file: str | None
+    gtid: str | None
+    numbering: RowNumbering
+    table: TableMapEvent | None = None
+    thread: int | None = None
+    query: str | None = None
+
+    def changes(self) -> Iterator[RowChange]:
+        return changes_of(
+            self.event, self.file, self.gtid, self.numbering, self.table, self.thread, self.query
+        )
+
+
 def iter_changes(
     events: Iterable[Event], *, file: str | None = None, table_changes: TableChangesOf | None = None
 ) -> Iterator[RowChange | TableChange]:
     """Row changes and, with `table_changes`, the table-level changes of the statements
     between them, in binlog order."""
+    return expand_rows(iter_changes_by_event(events, file=file, table_changes=table_changes))
+
+
+def expand_rows(items: Iterable[EventRows | TableChange]) -> Iterator[RowChange | TableChange]:
+    """Each `EventRows` as its row changes, one by one."""
+    for item in items:
+        if isinstance(item, EventRows):
+            yield from item.changes()
+        else:
+            yield item
+
+
+def iter_changes_by_event(
+    events: Iterable[Event], *, file: str | None = None, table_changes: TableChangesOf | None = None
+) -> Iterator[EventRows | TableChange]:
+    """As `iter_changes`, with the rows of each ROWS event as one `EventRows`."""
     current_file = file
     gtid: str | None = None
     statement = StatementContext()
     numbering = RowNumbering()
     for event in events:
         if isinstance(event, RowsEvent):
-            yield from changes_of(
+            yield EventRows(
                 event, current_file, gtid, numbering, None, statement.thread, statement.query
             )
             continue

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from replicad.binlog.changes import RowChange, TableChange, TableChangesOf, iter_changes
+from replicad.binlog.changes import (
+    EventRows,
+    RowChange,
+    TableChange,
+    TableChangesOf,
+    expand_rows,
+    iter_changes_by_event,
+)
 from replicad.binlog.events import Event
 from replicad.binlog.parser import BINLOG_MAGIC, BinlogParser
 from replicad.errors import RelayCorruptError, RelayTornError, ReplicadError
@@ -173,11 +180,18 @@ def relay_changes(
 ) -> Iterator[RowChange | TableChange]:
     """Row changes of relay items, each transaction named by its binlog file (as
     `iter_row_changes` names a file's changes)."""
+    return expand_rows(relay_changes_by_event(items, table_changes))
+
+
+def relay_changes_by_event(
+    items: Iterable[RelayItem], table_changes: TableChangesOf | None = None
+) -> Iterator[EventRows | TableChange]:
+    """As `relay_changes`, by ROWS event (`iter_changes_by_event`)."""
     iterator = iter(items)
     for item in iterator:
         if isinstance(item, TransactionStart):
             events = _transaction_events(iterator)
-            yield from iter_changes(events, file=item.file, table_changes=table_changes)
+            yield from iter_changes_by_event(events, file=item.file, table_changes=table_changes)
 
 
 def _transaction_events(iterator: Iterator[RelayItem]) -> Iterator[Event]:

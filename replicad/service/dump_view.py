@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from replicad.binlog.changes import RowChange, TableChange, iter_changes
+from replicad.binlog.changes import EventRows, RowChange, TableChange, iter_changes_by_event
 from replicad.binlog.events import Event, QueryEvent
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
@@ -22,10 +22,11 @@ from replicad.relay.decode import (
     TransactionEnd,
     boundary_to_dict,
     iter_relay,
-    relay_changes,
+    relay_changes_by_event,
 )
 from replicad.relay.reader import SegmentOpened, TornTail
 from replicad.sinks.envelope import EnvelopeLines, dumps
+from replicad.sinks.event_envelope import EventEncoder
 from replicad.source.schema import SchemaHistory, table_changes
 
 
@@ -49,14 +50,16 @@ def dump_input(
         if events:
             write_events(out, decoded, path)
         else:
-            changes = iter_changes(decoded, file=os.path.basename(path), table_changes=history)
+            changes = iter_changes_by_event(
+                decoded, file=os.path.basename(path), table_changes=history
+            )
             write_changes(out, changes)
         return
     items = iter_relay(Path(path), verify_checksum=verify_checksum)
     if events:
         write_events(out, items, path)
     else:
-        write_changes(out, relay_changes(_note_torn(path, items), history))
+        write_changes(out, relay_changes_by_event(_note_torn(path, items), history))
 
 
 def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
@@ -70,11 +73,23 @@ def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
             out.write(dumps(event_to_dict(item)) + b"\n")
 
 
-def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange]) -> None:
-    """The messages Kafka would get (`EnvelopeLines`), one per line."""
+def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange | EventRows]) -> None:
+    """The messages Kafka would get (`EnvelopeLines`), one per line; a whole ROWS event at
+    once through the compiled path where it can (`EventEncoder`), row by row otherwise."""
     lines = EnvelopeLines("replicad", replay=True)
+    encoder = EventEncoder(lines.writer)
     for change in changes:
-        out.write(lines.row(change) if isinstance(change, RowChange) else lines.table(change))
+        if isinstance(change, EventRows):
+            encoded = encoder.encode(change, None, lines=True)
+            if encoded is not None:
+                out.write(encoded[0])
+                continue
+            for row in change.changes():
+                out.write(lines.row(row))
+        elif isinstance(change, RowChange):
+            out.write(lines.row(change))
+        else:
+            out.write(lines.table(change))
 
 
 class DumpHistory:

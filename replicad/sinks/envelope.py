@@ -199,6 +199,15 @@ def _dumps_row(row: dict[str, Any] | None) -> bytes:
     return orjson.dumps(row, default=_default, option=orjson.OPT_UTC_Z)
 
 
+def value_json(value: Any, json_document: bool) -> bytes:
+    """One column value as `_dumps_row` writes it inside a row (`json_document`: the column
+    is a MySQL JSON column, written as the text MySQL prints): the compiled path's fallback
+    for the types it does not write itself."""
+    if json_document and value is not None and not hasattr(value, "diffs"):
+        value = json_column(value)
+    return orjson.dumps(value, default=_default, option=orjson.OPT_UTC_Z)
+
+
 def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z)
 
@@ -271,6 +280,31 @@ class EnvelopeWriter:
         if self.connect is None:
             return body
         return self.connect.wrap_value(body, change.db, change.table, self.name, schema)
+
+    def event_parts(self, change: RowChange, ts_ms: int) -> tuple[bytes, tuple[bytes, ...]]:
+        """What `value` writes around the row images and the row number for the rows of
+        one event (`change` stands for them) without transaction block or schemas: the
+        text between the after image and the row number, and the text after it per op
+        ("c", "u", "d"). The compiled path (`event_envelope`) fills in the rest."""
+        parts = self._tables.get((change.db, change.table, change.server_id, change.snapshot))
+        if parts is None:
+            parts = self._table_parts(change)
+        schema = change.schema
+        head = b'%b%d%b%b,"file":%b,"pos":%b,"row":' % (
+            parts[0],
+            change.ts_ms,
+            parts[1],
+            orjson.dumps(change.gtid),
+            orjson.dumps(change.file),
+            b"null" if change.pos is None else b"%d" % change.pos,
+        )
+        tail = b',"thread":%b,"query":%b,"schema_version":%b},"op":"' % (
+            b"null" if change.thread is None else b"%d" % change.thread,
+            orjson.dumps(change.query),
+            orjson.dumps(None if schema is None else schema.version),
+        )
+        end = b'","ts_ms":%d,"transaction":null}' % ts_ms
+        return head, (tail + b"c" + end, tail + b"u" + end, tail + b"d" + end)
 
     def truncate(self, change: TableChange, ts_ms: int) -> bytes:
         """The op "t" message of a TRUNCATE (with schemas: the envelope's schema without the

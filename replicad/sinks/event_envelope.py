@@ -1,0 +1,173 @@
+"""The compiled envelope path: every message of one ROWS event built in C at once.
+
+`_speedups.encode_rows` decodes the event's row images straight into the envelope's JSON
+(docs/architecture.md, "Message format") - no dict per row, no Python call per value for
+the common types - and returns the messages with their keys. The bytes are those
+`EnvelopeWriter.value` writes for each `RowChange` of the event (a test holds the two
+equal, type by type); values the C writers do not cover (MySQL JSON documents, TIME, SET,
+zero dates, wide DECIMALs, other charsets) go through the same `_default` as the pure path.
+
+`EventEncoder.encode` returns None when the event must take the row-by-row path: no
+compiled decoder, a PARTIAL_UPDATE_ROWS event, a table without its TABLE_MAP, a key that
+is not a plain column copy, an image that does not fit (the row-by-row path then raises
+the error that names it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from replicad.binlog import decoder_choice
+from replicad.binlog.changes import EventRows, RowChange
+from replicad.binlog.column_types import describe
+from replicad.binlog.rows import RowImageDecoder, TableMapEvent
+from replicad.binlog.values import ColumnType
+from replicad.sinks.envelope import EnvelopeWriter, value_json
+
+try:
+    from replicad.binlog import _speedups
+except ImportError:  # the pure-Python install: every event takes the row-by-row path
+    _speedups = None  # type: ignore[assignment]
+
+_KINDS = {"c": 0, "u": 1, "d": 2}
+# Key columns whose equal values can have different JSON texts (-0.0 and 0.0): an update
+# of such a key is compared in Python, row by row.
+_INEXACT_KEY_TYPES = frozenset({ColumnType.FLOAT, ColumnType.DOUBLE})
+
+# How the message key is made (the C encoder's key_mode)
+KEY_NONE, KEY_CONSTANT, KEY_COLUMNS = 0, 1, 2
+
+
+class EventEncoder:
+    """Encodes whole ROWS events with `writer`'s names and caches."""
+
+    __slots__ = ("_prepared", "writer")
+
+    def __init__(self, writer: EnvelopeWriter) -> None:
+        self.writer = writer
+        self._prepared: set[int] = set()  # id() of decoders given their JSON set-up
+
+    @staticmethod
+    def available() -> bool:
+        return (
+            _speedups is not None and decoder_choice.active() and hasattr(_speedups, "encode_rows")
+        )
+
+    def encode(
+        self,
+        rows: EventRows,
+        now_ms: int | None,
+        *,
+        lines: bool,
+        key: tuple[int, Any] = (KEY_NONE, None),
+    ) -> tuple[Any, RowChange] | None:
+        """The event's messages and the change that stands for its rows' source (row = the
+        first row's number), or None (use `rows.changes()`). `now_ms`: the envelope's
+        top-level ts_ms (None: the commit time, as `replicad dump` prints). With `lines`
+        one bytes object, a newline after each message; else a list of (op, row, key,
+        value). `key`: (KEY_NONE, None), (KEY_CONSTANT, the key bytes) or (KEY_COLUMNS,
+        None): the primary-key columns as a JSON object (None for a table without one).
+        The row numbering advances past the event only when it is encoded."""
+        if self.writer.connect is not None or not self.available():
+            return None
+        event = rows.event
+        table = rows.table or event.table_map
+        if table is None or event.partial or len(table.columns) != event.column_count:
+            return None
+        op = event.op
+        first = table.image_decoder(event.present_before)
+        second = table.image_decoder(event.present_after) if op == "u" else None
+        compiled_first = self._compiled(first, table)
+        compiled_second = None if second is None else self._compiled(second, table)
+        if compiled_first is None or (second is not None and compiled_second is None):
+            return None
+        key_mode, constant = key
+        primary_key = tuple(table.primary_key_names)
+        split = op == "u" and bool(primary_key)
+        if split and _inexact(table, primary_key):
+            return None
+        if key_mode == KEY_COLUMNS and not primary_key:
+            return None
+        # The key columns: what the key is made of, and what a split update compares.
+        key_names = _prefixes(primary_key)
+        key_first = _indexes(first, primary_key)
+        key_second = () if second is None else _indexes(second, primary_key)
+        header = event.header
+        numbering = rows.numbering
+        row0 = numbering.first_row(header.pos)
+        template = RowChange(
+            op,
+            table.schema,
+            table.table,
+            None,
+            None,
+            rows.file,
+            header.pos,
+            row0,
+            rows.gtid,
+            header.server_id,
+            header.timestamp * 1000,
+            primary_key,
+            frozenset(),
+            describe(table),
+            rows.thread,
+            rows.query,
+        )
+        head, tails = self.writer.event_parts(
+            template, template.ts_ms if now_ms is None else now_ms
+        )
+        try:
+            messages, count = _speedups.encode_rows(
+                compiled_first,
+                compiled_second,
+                event.body,
+                event.rows_offset,
+                _KINDS[op],
+                head,
+                tails,
+                row0,
+                key_mode,
+                key_names,
+                key_first,
+                key_second,
+                constant,
+                split,
+                lines,
+            )
+        except Exception:  # the row-by-row path raises the error that names it
+            return None
+        numbering.advance(count)
+        return messages, template
+
+    def _compiled(self, decoder: RowImageDecoder, table: TableMapEvent) -> Any:
+        owner = getattr(decoder.decode, "__self__", None)
+        if _speedups is None or not isinstance(owner, _speedups.ImageDecoder):
+            return None
+        if not owner.json_ready:
+            names = [c.name for c in decoder.specs]
+            json_flags = tuple(c.spec.type_code == ColumnType.JSON for c in decoder.specs)
+            owner.json_setup(_prefixes(names), _fallback(json_flags))
+        return owner
+
+
+def _prefixes(names: Any) -> tuple[bytes, ...]:
+    return tuple((b"," if i else b"{") + orjson.dumps(n) + b":" for i, n in enumerate(names))
+
+
+def _indexes(decoder: RowImageDecoder, names: tuple[str, ...]) -> tuple[int, ...]:
+    present = {c.name: i for i, c in enumerate(decoder.specs)}
+    return tuple(present.get(n, -1) for n in names)
+
+
+def _inexact(table: TableMapEvent, names: tuple[str, ...]) -> bool:
+    types = {c.name: table.column_types[c.index] for c in table.columns}
+    return any(types.get(n) in _INEXACT_KEY_TYPES for n in names)
+
+
+def _fallback(json_flags: tuple[bool, ...]) -> Any:
+    def fallback(index: int, value: Any) -> bytes:
+        return value_json(value, json_flags[index])
+
+    return fallback
