@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from replicad.binlog.changes import (
+    EventRows,
     RowChange,
     RowNumbering,
     StatementContext,
@@ -43,7 +44,7 @@ from replicad.relay.stream import RelayedStream
 from replicad.service.checkpoint import Checkpointer
 from replicad.service.heartbeat import heartbeat_writes, retention_checks
 from replicad.service.telemetry import Telemetry
-from replicad.sinks.base import Sink
+from replicad.sinks.base import EventSink, Sink
 from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
@@ -479,12 +480,22 @@ class Pipeline:
         # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
         tables: dict[int, TableMapEvent] = {}
         sinks = self.sinks
+        # A single sink that takes whole ROWS events (Kafka) gets them through the compiled
+        # path when the filters leave the changes as they are.
+        event_sink = (
+            sinks[0]
+            if len(sinks) == 1
+            and isinstance(sinks[0], EventSink)
+            and not self.filter.rewrites_changes
+            else None
+        )
         includes = self.filter.includes
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease
         signal = self._signal
         progress = self.progress
         table_rows, table_bytes = progress.table_rows, progress.table_bytes
+        events_by_path = progress.events_by_path
         self._reading = True
         async for unit in self.stream.units(self.committed.with_snapshot(None)):
             if isinstance(unit, HeartbeatEvent):
@@ -540,6 +551,44 @@ class Pipeline:
                     table = tables.get(event.table_id) or event.table_map
                     wanted = table is None or includes(table.schema, table.table)
                     window = self.snapshots.window
+                    if (
+                        event_sink is not None
+                        and wanted
+                        and table is not None
+                        and delivered >= skip
+                        and (table.schema, table.table) != signal
+                        and (window is None or table.table != window.table)
+                    ):
+                        # The whole event through the compiled path, when the sink can.
+                        if lease is not None and not lease.valid:
+                            await self._wait_for_lease(lease)
+                        count = event_sink.publish_event(
+                            EventRows(
+                                event,
+                                unit.file,
+                                gtid_text,
+                                numbering,
+                                table,
+                                statement.thread,
+                                statement.query,
+                            )
+                        )
+                        if count is not None:
+                            events_by_path["compiled"] += 1
+                            if not self.rows:
+                                log.info("first_row_published", position=str(self.committed))
+                            self.rows += count
+                            key = (table.schema, table.table, event.op)
+                            table_rows[key] = table_rows.get(key, 0) + count
+                            table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
+                            marks_before = delivered // rows_per_mark
+                            delivered += count
+                            if delivered // rows_per_mark != marks_before:
+                                checkpointer.mark(self.committed.with_row(delivered), False)
+                                await self._after_mark(checkpointer)
+                            if event_sink.backlogged:
+                                await event_sink.wait_for_room()
+                            continue
                     # Rows of excluded tables are counted too, so that the row index of a
                     # restart does not depend on the filters.
                     changes: Iterable[RowChange] = changes_of(
@@ -586,6 +635,7 @@ class Pipeline:
                             checkpointer.mark(self.committed.with_row(delivered), False)
                             await self._after_mark(checkpointer)
                     if published:
+                        events_by_path["row_by_row"] += 1
                         key = (change.db, change.table, change.op)
                         table_rows[key] = table_rows.get(key, 0) + published
                         table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size

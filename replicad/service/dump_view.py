@@ -81,7 +81,7 @@ def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange | Eve
     for change in changes:
         if isinstance(change, EventRows):
             encoded = encoder.encode(change, None, lines=True)
-            if encoded is not None:
+            if encoded is not None:  # (lines, source, rows)
                 out.write(encoded[0])
                 continue
             for row in change.changes():

@@ -52,6 +52,8 @@ class Progress:
         self.table_rows: dict[tuple[str, str, str], int] = {}  # (db, table, op) -> rows
         self.table_bytes: dict[tuple[str, str, str], int] = {}  # binlog bytes of their events
         self.transactions = 0
+        # ROWS events published through the compiled path (whole events) and row by row
+        self.events_by_path = {"compiled": 0, "row_by_row": 0}
         self.commit_to_ack = LatencyHistogram()
         self.read_to_ack = LatencyHistogram()
         # Silence from the primary beyond this: it may have more than we know (no heartbeat).

@@ -187,6 +187,12 @@ class _PipelineCollector(Collector):
         transactions = CounterMetricFamily(
             "replicad_transactions", "Transactions read", labels=["pipeline"]
         )
+        paths = CounterMetricFamily(
+            "replicad_rows_events",
+            "ROWS events published, by path: compiled (the whole event encoded in C) or "
+            "row_by_row (filters, value modes, no accelerator, several sinks)",
+            labels=["pipeline", "path"],
+        )
         pending = GaugeMetricFamily(
             "replicad_pending_marks",
             "Transactions (marks) read and not yet acknowledged by every sink",
@@ -243,6 +249,8 @@ class _PipelineCollector(Collector):
                 for (db, table, op), count in dict(progress.table_bytes).items():
                     size.add_metric([name, db, table, op], count)
                 transactions.add_metric([name], progress.transactions)
+                for path, count in dict(progress.events_by_path).items():
+                    paths.add_metric([name, path], count)
                 progress.commit_to_ack.add_to(commit_to_ack, [name])
                 progress.read_to_ack.add_to(read_to_ack, [name])
             p = view.pipeline
@@ -263,6 +271,6 @@ class _PipelineCollector(Collector):
             for snapshotted in list(p.snapshot_progress):
                 snapshot_rows.add_metric([name, snapshotted.table], snapshotted.rows)
                 snapshot_done.add_metric([name, snapshotted.table], int(snapshotted.done))
-        yield from (role, epoch, lag, rows, size, transactions, pending, queued)
+        yield from (role, epoch, lag, rows, size, transactions, paths, pending, queued)
         yield from (commit_to_ack, read_to_ack)
         yield from (relay_bytes, relay_segments, snapshot_rows, snapshot_done, purge)

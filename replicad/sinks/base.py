@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from replicad.binlog.changes import RowChange, TableChange
+from replicad.binlog.changes import EventRows, RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.errors import ReplicadError
 from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
@@ -73,6 +73,16 @@ class Sink(Protocol):
         """Leadership lost: send nothing more, drop what is queued, no final acknowledgement."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class EventSink(Sink, Protocol):
+    """A sink that also takes the rows of a whole ROWS event at once."""
+
+    def publish_event(self, rows: EventRows) -> int | None:
+        """Publish every row change of the event (the same messages as `publish` of each);
+        the number of row changes, or None when it cannot and nothing was published: the
+        caller then publishes `rows.changes()` one by one."""
 
 
 class DeliveryTracker:

@@ -62,13 +62,13 @@ class EventEncoder:
         *,
         lines: bool,
         key: tuple[int, Any] = (KEY_NONE, None),
-    ) -> tuple[Any, RowChange] | None:
-        """The event's messages and the change that stands for its rows' source (row = the
-        first row's number), or None (use `rows.changes()`). `now_ms`: the envelope's
-        top-level ts_ms (None: the commit time, as `replicad dump` prints). With `lines`
-        one bytes object, a newline after each message; else a list of (op, row, key,
-        value). `key`: (KEY_NONE, None), (KEY_CONSTANT, the key bytes) or (KEY_COLUMNS,
-        None): the primary-key columns as a JSON object (None for a table without one).
+    ) -> tuple[Any, RowChange, int] | None:
+        """The event's messages, the change that stands for its rows' source (row = the
+        first row's number) and the number of rows, or None (use `rows.changes()`).
+        `now_ms`: the envelope's top-level ts_ms (None: the commit time, as `replicad dump`
+        prints). With `lines` one bytes object, a newline after each message; else a list of
+        (op, row, key, value). `key`: (KEY_NONE, None), (KEY_CONSTANT, the key bytes) or
+        (KEY_COLUMNS, None): the primary-key columns as a JSON object.
         The row numbering advances past the event only when it is encoded."""
         if self.writer.connect is not None or not self.available():
             return None
@@ -139,7 +139,7 @@ class EventEncoder:
         except Exception:  # the row-by-row path raises the error that names it
             return None
         numbering.advance(count)
-        return messages, template
+        return messages, template, count
 
     def _compiled(self, decoder: RowImageDecoder, table: TableMapEvent) -> Any:
         owner = getattr(decoder.decode, "__self__", None)

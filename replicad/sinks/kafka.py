@@ -31,7 +31,7 @@ from confluent_kafka import (
     Producer,
 )
 
-from replicad.binlog.changes import RowChange, TableChange
+from replicad.binlog.changes import EventRows, RowChange, TableChange
 from replicad.binlog.column_types import TableDescription
 from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
@@ -50,6 +50,7 @@ from replicad.sinks.envelope import (
     schema_change_value,
     table_schema_value,
 )
+from replicad.sinks.event_envelope import EventEncoder
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.kafka_clients import kafka_client
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
@@ -108,6 +109,7 @@ class KafkaSink:
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
         self.writer = EnvelopeWriter(pipeline, self.values.connect)
+        self._events = EventEncoder(self.writer)
         self._schema_topic = self.routing.schema_topic  # "" when switched off
         self._schemas_sent: set[tuple[str, str, str]] = set()
         self._last_schema: TableDescription | None = None
@@ -200,14 +202,7 @@ class KafkaSink:
         change = self.values.convert(change)
         routing = self.routing
         topic = routing.topic(change.db, change.table)
-        schema = change.schema
-        if schema is not None and schema is not self._last_schema:
-            self._last_schema = schema
-            if (
-                self._schema_topic
-                and (schema.db, schema.table, schema.version) not in self._schemas_sent
-            ):
-                self._send_schema(change, schema)
+        self._note_schema(change)
         filtered_before, filtered_after = self.filter.rows(change)
         now_ms = int(time.time() * 1000)
         headers = self._headers(change) if self.config.headers else None
@@ -231,6 +226,57 @@ class KafkaSink:
             )
             if op == "d" and self.config.tombstones and key is not None:
                 self._send_raw(topic, key, None, headers)
+
+    def publish_event(self, rows: EventRows) -> int | None:
+        """Every row change of one ROWS event through the compiled path (`event_envelope`):
+        the same messages `publish` sends for each of them. Returns the number of row
+        changes, or None when the event must go row by row (values converted, columns
+        filtered, transaction metadata, schemas in the values, the row as the key, no
+        compiled decoder); nothing is sent then."""
+        if (
+            self.values.options is not None
+            or self.filter.rewrites_changes
+            or self.config.transaction_metadata
+        ):
+            return None
+        table = rows.table or rows.event.table_map
+        if table is None:
+            return None
+        key = self.routing.event_key(table.schema, table.table, tuple(table.primary_key_names))
+        if key is None:
+            return None
+        encoded = self._events.encode(rows, int(time.time() * 1000), lines=False, key=key)
+        if encoded is None:
+            return None
+        messages, change, count = encoded
+        topic = self.routing.topic(change.db, change.table)
+        self._note_schema(change)
+        send = self._send_raw
+        tombstones = self.config.tombstones
+        if self.config.headers:
+            first, last = self._header_parts_of(change)
+            for op, row, key_bytes, value in messages:
+                headers = [*first, ("replicad.row", b"%d" % row), *last]
+                send(topic, key_bytes, value, headers)
+                if op == "d" and tombstones and key_bytes is not None:
+                    send(topic, key_bytes, None, headers)
+        else:
+            for op, _, key_bytes, value in messages:
+                send(topic, key_bytes, value, None)
+                if op == "d" and tombstones and key_bytes is not None:
+                    send(topic, key_bytes, None, None)
+        return count
+
+    def _note_schema(self, change: RowChange) -> None:
+        """The schema topic's record of the change's table version, before its first row."""
+        schema = change.schema
+        if schema is not None and schema is not self._last_schema:
+            self._last_schema = schema
+            if (
+                self._schema_topic
+                and (schema.db, schema.table, schema.version) not in self._schemas_sent
+            ):
+                self._send_schema(change, schema)
 
     async def publish_table(self, change: TableChange) -> None:
         """TRUNCATE: op "t" (no key, like Debezium) on every partition of the table's topic,
@@ -364,8 +410,15 @@ class KafkaSink:
         return True
 
     def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
-        # The rows of one ROWS event share file, pos and GTID (and, exactly-once, mostly the
-        # Kafka transaction: a new one clears the cache): render those once.
+        first, last = self._header_parts_of(change)
+        return [*first, ("replicad.row", b"%d" % change.row), *last]
+
+    def _header_parts_of(
+        self, change: RowChange
+    ) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+        """The headers before and after `replicad.row`. The rows of one ROWS event share
+        file, pos and GTID (and, exactly-once, mostly the Kafka transaction: a new one clears
+        the cache): rendered once."""
         event = (change.file, change.pos, change.gtid)
         if event != self._header_event:
             self._header_event = event
@@ -379,8 +432,7 @@ class KafkaSink:
                 ],
                 last,
             )
-        first, last = self._header_parts
-        return [*first, ("replicad.row", b"%d" % change.row), *last]
+        return self._header_parts
 
     def _table_headers(self, change: TableChange) -> list[tuple[str, bytes]]:
         headers = [

@@ -20,6 +20,7 @@ from replicad.binlog.changes import RowChange
 from replicad.config import ColumnFiltersConfig, FiltersConfig, KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.sinks.envelope import dumps
+from replicad.sinks.event_envelope import KEY_COLUMNS, KEY_CONSTANT, KEY_NONE
 
 MASK = "***"
 
@@ -61,6 +62,12 @@ class ChangeFilter:
             )
             self._tables[key] = decision
         return decision
+
+    @property
+    def rewrites_changes(self) -> bool:
+        """Whether any change may come out of `prepared`, `rows` or `key_row` other than it
+        went in (key columns, dropped, masked or hashed columns)."""
+        return bool(self._key_columns) or self.touches_columns
 
     @property
     def touches_columns(self) -> bool:
@@ -236,6 +243,20 @@ class KafkaRouting:
         if name is None:
             name = self._topics[key] = self.expand(self._template, db, table)
         return name
+
+    def event_key(
+        self, db: str, table: str, primary_key: tuple[str, ...]
+    ) -> tuple[int, Any] | None:
+        """How the compiled path (`event_envelope`) makes the keys `key` gives for a table's
+        rows: (KEY_COLUMNS, None), (KEY_CONSTANT, the key's bytes), (KEY_NONE, None); None
+        for the whole row as the key (row by row only)."""
+        if primary_key:
+            return (KEY_COLUMNS, None)
+        if self._key_without_pk == "table":
+            return (KEY_CONSTANT, dumps({"db": db, "table": table}))
+        if self._key_without_pk == "row":
+            return None
+        return (KEY_NONE, None)
 
     def key(self, change: RowChange, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """The message key as a JSON object: the primary-key columns, else the fallback."""
