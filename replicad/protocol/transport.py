@@ -178,6 +178,29 @@ class AsyncConnection:
                 raise StopAsyncIteration
             raise ProtocolError(f"unexpected {type(event).__name__} in the binlog stream")
 
+    def received(self) -> bytes | None:
+        """The next raw event of the dump if its bytes are already here (None: more must be
+        read, through `__anext__`). Most events of a busy stream arrive many to a read;
+        taking them without a timer saves a timeout per event."""
+        if self._dump_over or self._conn.state is not State.DUMPING:
+            return None
+        try:
+            event = self._conn.next_event()
+        except ReplicadError as exc:
+            exc.with_context(address=self.address)
+            raise
+        outgoing = self._conn.data_to_send()
+        if outgoing:
+            self._writer.write(outgoing)  # drained by the next read through `_pump`
+        if isinstance(event, NeedData):
+            return None
+        if isinstance(event, BinlogEventPacket):
+            return event.data
+        if isinstance(event, EndOfDump | ConnectionClosed):
+            self._dump_over = True  # `__anext__` ends the iteration
+            return None
+        raise ProtocolError(f"unexpected {type(event).__name__} in the binlog stream")
+
     async def close(self) -> None:
         """Say goodbye when idle, then close the socket. Never raises.
 
@@ -213,6 +236,8 @@ class AsyncConnection:
 
     async def _next_event(self, timeout: float | None) -> Event:
         try:
+            if timeout is None:
+                return await _pump(self._conn, self._reader, self._writer)
             async with asyncio.timeout(timeout):
                 return await _pump(self._conn, self._reader, self._writer)
         except TimeoutError:

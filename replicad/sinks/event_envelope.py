@@ -21,7 +21,7 @@ import orjson
 
 from replicad.binlog import decoder_choice
 from replicad.binlog.changes import EventRows, RowChange
-from replicad.binlog.column_types import describe
+from replicad.binlog.column_types import TableDescription, describe
 from replicad.binlog.rows import RowImageDecoder, TableMapEvent
 from replicad.binlog.values import ColumnType
 from replicad.sinks.envelope import EnvelopeWriter, value_json
@@ -32,9 +32,14 @@ except ImportError:  # the pure-Python install: every event takes the row-by-row
     _speedups = None  # type: ignore[assignment]
 
 _KINDS = {"c": 0, "u": 1, "d": 2}
-# Key columns whose equal values can have different JSON texts (-0.0 and 0.0): an update
-# of such a key is compared in Python, row by row.
-_INEXACT_KEY_TYPES = frozenset({ColumnType.FLOAT, ColumnType.DOUBLE})
+# Key columns whose equal values can have different JSON texts (-0.0 and 0.0; a NaN in a
+# VECTOR is not even equal to itself in Python): an update of such a key is compared in
+# Python, row by row.
+_INEXACT_KEY_TYPES = frozenset({ColumnType.FLOAT, ColumnType.DOUBLE, ColumnType.VECTOR})
+
+_CACHED_LAYOUTS = 1024
+# compiled first and second image decoders, split, key names, key indexes in each image
+_Plan = tuple[Any, Any, bool, tuple[bytes, ...], tuple[int, ...], tuple[int, ...]]
 
 # How the message key is made (the C encoder's key_mode)
 KEY_NONE, KEY_CONSTANT, KEY_COLUMNS = 0, 1, 2
@@ -43,11 +48,13 @@ KEY_NONE, KEY_CONSTANT, KEY_COLUMNS = 0, 1, 2
 class EventEncoder:
     """Encodes whole ROWS events with `writer`'s names and caches."""
 
-    __slots__ = ("_prepared", "writer")
+    __slots__ = ("_described", "_plans", "writer")
 
     def __init__(self, writer: EnvelopeWriter) -> None:
         self.writer = writer
-        self._prepared: set[int] = set()  # id() of decoders given their JSON set-up
+        # by id(): the objects are kept with their entry, so an id is never reused under it
+        self._plans: dict[tuple[int, int, tuple[str, ...]], tuple[Any, Any, _Plan | None]] = {}
+        self._described: dict[int, tuple[TableMapEvent, TableDescription]] = {}
 
     @staticmethod
     def available() -> bool:
@@ -79,21 +86,14 @@ class EventEncoder:
         op = event.op
         first = table.image_decoder(event.present_before)
         second = table.image_decoder(event.present_after) if op == "u" else None
-        compiled_first = self._compiled(first, table)
-        compiled_second = None if second is None else self._compiled(second, table)
-        if compiled_first is None or (second is not None and compiled_second is None):
-            return None
-        key_mode, constant = key
         primary_key = tuple(table.primary_key_names)
-        split = op == "u" and bool(primary_key)
-        if split and _inexact(table, primary_key):
+        plan = self._plan(table, first, second, primary_key, op)
+        if plan is None:
             return None
+        compiled_first, compiled_second, split, key_names, key_first, key_second = plan
+        key_mode, constant = key
         if key_mode == KEY_COLUMNS and not primary_key:
             return None
-        # The key columns: what the key is made of, and what a split update compares.
-        key_names = _prefixes(primary_key)
-        key_first = _indexes(first, primary_key)
-        key_second = () if second is None else _indexes(second, primary_key)
         header = event.header
         numbering = rows.numbering
         row0 = numbering.first_row(header.pos)
@@ -111,7 +111,7 @@ class EventEncoder:
             header.timestamp * 1000,
             primary_key,
             frozenset(),
-            describe(table),
+            self._describe(table),
             rows.thread,
             rows.query,
         )
@@ -141,7 +141,54 @@ class EventEncoder:
         numbering.advance(count)
         return messages, template, count
 
-    def _compiled(self, decoder: RowImageDecoder, table: TableMapEvent) -> Any:
+    def _plan(
+        self,
+        table: TableMapEvent,
+        first: RowImageDecoder,
+        second: RowImageDecoder | None,
+        primary_key: tuple[str, ...],
+        op: str,
+    ) -> _Plan | None:
+        """What encode_rows needs besides the event, per layout (cached: every transaction
+        repeats its TABLE_MAPs, the decoders are shared between equal layouts)."""
+        key = (id(first), id(second), primary_key)
+        cached = self._plans.get(key)
+        if cached is not None and cached[0] is first and cached[1] is second:
+            return cached[2]
+        plan: _Plan | None = None
+        compiled_first = self._compiled(first)
+        compiled_second = None if second is None else self._compiled(second)
+        split = op == "u" and bool(primary_key)
+        if (
+            compiled_first is not None
+            and (second is None or compiled_second is not None)
+            and not (split and _inexact(table, primary_key))
+        ):
+            # The key columns: what the key is made of, and what a split update compares.
+            plan = (
+                compiled_first,
+                compiled_second,
+                split,
+                _prefixes(primary_key),
+                _indexes(first, primary_key),
+                () if second is None else _indexes(second, primary_key),
+            )
+        if len(self._plans) >= _CACHED_LAYOUTS:
+            self._plans.clear()
+        self._plans[key] = (first, second, plan)
+        return plan
+
+    def _describe(self, table: TableMapEvent) -> TableDescription:
+        cached = self._described.get(id(table))
+        if cached is not None and cached[0] is table:
+            return cached[1]
+        if len(self._described) >= _CACHED_LAYOUTS:
+            self._described.clear()
+        description = describe(table)
+        self._described[id(table)] = (table, description)
+        return description
+
+    def _compiled(self, decoder: RowImageDecoder) -> Any:
         owner = getattr(decoder.decode, "__self__", None)
         if _speedups is None or not isinstance(owner, _speedups.ImageDecoder):
             return None

@@ -428,14 +428,16 @@ class ReplicaStream:
         silence = max(self.source.heartbeat_s * 3, 5.0)
         iterator = conn.__aiter__()
         while True:
-            try:
-                async with asyncio.timeout(silence):
-                    raw = await iterator.__anext__()
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise TimeoutError(
-                    f"no event or heartbeat from the primary for {silence:.0f} s"
-                ) from None
+            raw = conn.received()  # already read: no need to time the wait
+            if raw is None:
+                try:
+                    async with asyncio.timeout(silence):
+                        raw = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"no event or heartbeat from the primary for {silence:.0f} s"
+                    ) from None
             raw = bytes(raw)
             yield raw, list(parser.decode(raw))

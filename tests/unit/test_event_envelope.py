@@ -36,7 +36,13 @@ HEAD = b',"source":{"h":1,"row":'
 TAILS = (b',"op":"c"}', b',"op":"u"}', b',"op":"d"}')
 # Keys made of columns whose equal values may print differently (-0.0, 0.0) are compared in
 # Python by the caller (event_envelope refuses them); MySQL has no JSON or GEOMETRY keys.
-_NOT_KEYS = {ColumnType.FLOAT, ColumnType.DOUBLE, ColumnType.JSON, ColumnType.GEOMETRY}
+_NOT_KEYS = {
+    ColumnType.FLOAT,
+    ColumnType.DOUBLE,
+    ColumnType.VECTOR,
+    ColumnType.JSON,
+    ColumnType.GEOMETRY,
+}
 
 if decoder_choice.available():
     from replicad.binlog import _speedups
