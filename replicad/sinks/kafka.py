@@ -251,20 +251,37 @@ class KafkaSink:
         messages, change, count = encoded
         topic = self.routing.topic(change.db, change.table)
         self._note_schema(change)
-        send = self._send_raw
+        first, last = self._header_parts_of(change) if self.config.headers else ([], None)
         tombstones = self.config.tombstones
-        if self.config.headers:
-            first, last = self._header_parts_of(change)
-            for op, row, key_bytes, value in messages:
-                headers = [*first, ("replicad.row", b"%d" % row), *last]
-                send(topic, key_bytes, value, headers)
-                if op == "d" and tombstones and key_bytes is not None:
-                    send(topic, key_bytes, None, headers)
-        else:
-            for op, _, key_bytes, value in messages:
-                send(topic, key_bytes, value, None)
-                if op == "d" and tombstones and key_bytes is not None:
-                    send(topic, key_bytes, None, None)
+        limit = self.config.max_message_bytes
+        unit = self.tracker.current
+        produce = self._produce
+        # While nothing waits and the topic exists, straight to librdkafka: `_send_raw`
+        # without its per-message checks. From the first message that cannot go that way
+        # (queue full, too large), the rest go through `_send_raw`, in order.
+        direct = not self._pending and topic in self.topics.ready
+        sent = 0
+        for op, row, key_bytes, value in messages:
+            headers = None if last is None else [*first, ("replicad.row", b"%d" % row), *last]
+            tombstone = op == "d" and tombstones and key_bytes is not None
+            if direct and len(value) <= limit:
+                sent += 1
+                unit.outstanding += 1  # counted before it is queued, as in `_send_raw`
+                if not produce(topic, key_bytes, value, headers, unit):
+                    self._pending.append((topic, key_bytes, value, headers, unit, -1))
+                    direct = False
+                elif tombstone:
+                    sent += 1
+                    unit.outstanding += 1
+                    if not produce(topic, key_bytes, None, headers, unit):
+                        self._pending.append((topic, key_bytes, None, headers, unit, -1))
+                        direct = False
+                continue
+            direct = False
+            self._send_raw(topic, key_bytes, value, headers)
+            if tombstone:
+                self._send_raw(topic, key_bytes, None, headers)
+        self._since_mark += sent
         return count
 
     def _note_schema(self, change: RowChange) -> None:
