@@ -19,9 +19,16 @@
   4. Latency commit -> consumed at 5,000 and 50,000 rows/s offered, with the at-least-once
      replicad caught up (bench/e2e.py's latency phase and writer child, in its database
      `replicad_e2e`).
+  5. The librdkafka floor: a child process producing the at-least-once run's message count,
+     cycling a sample of its consumed messages, with the sink's producer settings, the same 4
+     headers and a per-message delivery callback (and once without both); its wait4 CPU.
+  6. --big-transaction ROWS: one INSERT ... SELECT of ROWS rows into `t2` (t's shape) in its
+     own binlog file(s); `replicad dump` of it and `replicad run` at-least-once until all ROWS
+     messages are consumed: wall, CPU and peak RSS next to the normal workload's.
 
 Usage: .venv/bin/python bench/publish.py [--rows 300000] [--json OUT] [--latency-seconds 10]
                                          [--skip-latency] [--skip-relay] [--keep]
+                                         [--big-transaction ROWS]
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -51,6 +59,7 @@ else:  # python bench/publish.py: bench/ is sys.path[0]
 
 DATABASE = "bench_publish"
 TABLE = "t"
+BIG_TABLE = "t2"  # --big-transaction's table, t's shape
 DEFAULT_ROWS = 300_000
 ROWS_PER_TRANSACTION = 1_000
 UPDATE_SQL = "UPDATE t SET n = n + 1, s = CONCAT(s, 'u') WHERE id BETWEEN {} AND {}"
@@ -62,6 +71,9 @@ LATENCY_RATES = ((5_000, 100), (50_000, 1_000))  # rows/s offered, rows per tran
 TARGET_DUMP_OVER_MARIADB = 1.0
 TARGET_DECODE_OVER_PEER = 25.0
 TARGET_PUBLISH_OVER_DUMP_CPU = 1.3
+FLOOR = "librdkafka producer alone (same messages, headers, callbacks)"
+FLOOR_BARE = "librdkafka producer alone, no headers, no callback"
+FLOOR_SAMPLES = 2_000  # consumed messages kept for the librdkafka floor, cycled
 OTHER_CORES_WARN = 0.3  # "other processes" above this many cores: a disturbed run
 OPS = decode.OPS
 
@@ -105,20 +117,65 @@ def make_binlog(server: decode.Server, plan: decode.Plan, into: Path) -> dict[st
             binlog_dir = Path(decode._scalar(cur, "SELECT @@log_bin_basename")).parent
     finally:
         conn.close()
+    return {
+        "counts": done,
+        "seconds": round(seconds, 2),
+        "gtid_before": gtid_before,
+        "gtid_after": gtid_after,
+        **copy_binlogs(binlog_dir, start, end, into),
+    }
+
+
+def copy_binlogs(
+    binlog_dir: Path, start: tuple[str, int], end: tuple[str, int], into: Path
+) -> dict[str, Any]:
+    """Copy the files from start's to end's out of the server's directory into `into`."""
     lo, hi = decode._binlog_index(start[0]), decode._binlog_index(end[0])
     names = [f"{start[0].rsplit('.', 1)[0]}.{i:06d}" for i in range(lo, hi + 1)]
     into.mkdir(parents=True, exist_ok=True)
     files = [str(shutil.copy(binlog_dir / name, into / name)) for name in names]
     return {
-        "counts": done,
-        "seconds": round(seconds, 2),
         "start": {"file": start[0], "pos": start[1]},
         "end": {"file": end[0], "pos": end[1]},
-        "gtid_before": gtid_before,
-        "gtid_after": gtid_after,
         "names": names,
         "files": files,
         "bytes": sum(os.path.getsize(f) for f in files),
+    }
+
+
+def make_big_binlog(server: decode.Server, rows: int, into: Path) -> dict[str, Any]:
+    """ONE autocommit `INSERT INTO t2 SELECT ... FROM seq_1_to_<rows>` (snapshot.py's rows,
+    MariaDB's sequence engine) into BIG_TABLE, t's shape, in its own binlog file(s)."""
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION binlog_annotate_row_events = OFF")
+            cur.execute(f"USE {DATABASE}")
+            cur.execute(f"DROP TABLE IF EXISTS {BIG_TABLE}")
+            cur.execute(
+                snapshot.TABLE_SQL.replace("CREATE TABLE t (", f"CREATE TABLE {BIG_TABLE} (", 1)
+            )
+            cur.execute("FLUSH BINARY LOGS")
+            start = e2e.master_status(cur)
+            gtid_before = decode._scalar(cur, "SELECT @@gtid_binlog_pos")
+            started = time.perf_counter()
+            sql = snapshot.insert_rows(1, rows).replace(
+                "INSERT INTO t ", f"INSERT INTO {BIG_TABLE} ", 1
+            )
+            inserted = cur.execute(sql)
+            seconds = time.perf_counter() - started
+            end = e2e.master_status(cur)
+            gtid_after = decode._scalar(cur, "SELECT @@gtid_binlog_pos")
+            cur.execute("FLUSH BINARY LOGS")
+            binlog_dir = Path(decode._scalar(cur, "SELECT @@log_bin_basename")).parent
+    finally:
+        conn.close()
+    return {
+        "counts": {"c": inserted, "u": 0, "d": 0},
+        "seconds": round(seconds, 2),
+        "gtid_before": gtid_before,
+        "gtid_after": gtid_after,
+        **copy_binlogs(binlog_dir, start, end, into),
     }
 
 
@@ -182,6 +239,9 @@ def run_child(kind: str, spec: dict[str, Any]) -> int:
     """decode.py's children filter on its module globals DATABASE and TABLE: pointed at this
     benchmark's table here, in the child process only."""
     decode.DATABASE, decode.TABLE = DATABASE, TABLE
+    if kind == "floor":
+        print(json.dumps(common.child_outcome(lambda: child_floor(spec)), default=str))
+        return 0
     if kind == "decode":  # the imports outside the timed CPU
         import replicad.binlog.changes
         import replicad.binlog.files  # noqa: F401
@@ -202,13 +262,17 @@ def run_child(kind: str, spec: dict[str, Any]) -> int:
     return 0
 
 
+def dump_command(files: list[str]) -> list[str]:
+    exe = Path(sys.executable).with_name("replicad")  # the venv's entry point
+    return [str(exe) if exe.exists() else "replicad", "dump", *files]
+
+
 def measure_decoders(
     server: decode.Server, binlog: dict[str, Any], plan: decode.Plan
 ) -> list[dict[str, Any]]:
     files, rows = binlog["files"], plan.total
     mariadb_binlog = shutil.which("mariadb-binlog") or "mariadb-binlog"
-    exe = Path(sys.executable).with_name("replicad")  # the venv's entry point
-    dump = [str(exe) if exe.exists() else "replicad", "dump", *files]
+    dump = dump_command(files)
     env = common.python_env()
     out = [
         measure_tool(
@@ -247,14 +311,16 @@ def measure_decoders(
 # --------------------------------------------------------------------------- publishing
 
 
-def configure(replicad: e2e.Replicad, start: dict[str, Any], *, eos: bool, relay: bool) -> None:
+def configure(
+    replicad: e2e.Replicad, start: dict[str, Any], *, eos: bool, relay: bool, table: str = TABLE
+) -> None:
     """e2e.py's config, with exactly_once and the relay switched, and only this benchmark's
     table (and the latency table) published."""
     replicad.write_config(start)
     config = json.loads(replicad.config_path.read_text())
     config.pop("snapshot", None)  # e2e.py's signal table: not used here
     config["filters"] = {
-        "include": [rf"{DATABASE}\.{TABLE}", rf"{e2e.DATABASE}\.{e2e.LATENCY_TABLE}"]
+        "include": [rf"{DATABASE}\.{table}", rf"{e2e.DATABASE}\.{e2e.LATENCY_TABLE}"]
     }
     config["sinks"]["kafka"]["exactly_once"] = eos
     config["relay"] = {"enabled": relay, "directory": str(replicad.workdir / "relay")}
@@ -262,16 +328,25 @@ def configure(replicad: e2e.Replicad, start: dict[str, Any], *, eos: bool, relay
 
 
 def publish_run(
-    replicad: e2e.Replicad, plan: decode.Plan, pids: dict[str, int]
+    replicad: e2e.Replicad,
+    plan: decode.Plan,
+    pids: dict[str, int],
+    table: str = TABLE,
+    keep_samples: bool = False,
 ) -> tuple[dict[str, Any], e2e.TopicReader]:
     """Start replicad; count every message of the table; replicad's CPU at the first and at
-    the last message consumed. replicad is left running (the caller stops it)."""
+    the last message consumed. replicad is left running (the caller stops it). keep_samples:
+    every k-th message's (key, value, headers), about FLOOR_SAMPLES spread over the whole
+    stream, pickled for the librdkafka floor, and the total key and value bytes."""
     reader = e2e.TopicReader(
-        replicad.bootstrap, f"{replicad.pipeline}.{DATABASE}.{TABLE}", FETCH_WAIT_MS
+        replicad.bootstrap, f"{replicad.pipeline}.{DATABASE}.{table}", FETCH_WAIT_MS
     )
     expected = {**plan.counts(), "tombstones": plan.deletes}
     counts = dict.fromkeys(expected, 0)
     wanted = sum(expected.values())
+    keep_every = max(1, wanted // FLOOR_SAMPLES)
+    samples: list[tuple[bytes | None, bytes | None, Any]] = []
+    key_bytes = value_bytes = 0
     timeout = max(120.0, plan.total / 2_000)
     pid = replicad.start()
     watch = e2e.CpuWatch({"replicad": pid, **pids}).start()
@@ -286,9 +361,15 @@ def publish_run(
         msgs = reader.batch()
         if not msgs:
             continue
-        for msg in msgs:
+        for i, msg in enumerate(msgs, seen):
             value = msg.value()
             counts["tombstones" if value is None else e2e._op_of(value)] += 1
+            if keep_samples:
+                key = msg.key()
+                key_bytes += len(key or b"")
+                value_bytes += len(value or b"")
+                if i % keep_every == 0:
+                    samples.append((key, value, msg.headers()))
         seen += len(msgs)
         now, cpu = time.perf_counter(), common.cpu_seconds(pid) or 0.0
         if first is None:
@@ -296,7 +377,7 @@ def publish_run(
         last = (now, cpu)
     assert first is not None
     rows = plan.total
-    return {
+    out = {
         "pipeline": replicad.pipeline,
         "expected": expected,
         "counts": counts,
@@ -311,7 +392,12 @@ def publish_run(
         "peak_rss_kb": common.vm_kb("VmHWM", pid),
         "threads_cpu_s": {k: round(v, 2) for k, v in e2e.thread_cpu(pid).items()},
         "machine_cpu": watch.stop(),
-    }, reader
+    }
+    if keep_samples:
+        path = replicad.workdir / "samples.pickle"
+        path.write_bytes(pickle.dumps(samples))
+        out.update(samples_path=str(path), key_bytes=key_bytes, value_bytes=value_bytes)
+    return out, reader
 
 
 def latency_runs(
@@ -350,18 +436,20 @@ def publish(
     eos: bool = False,
     relay: bool = False,
     latency_seconds: float = 0.0,
+    table: str = TABLE,
+    keep_samples: bool = False,
 ) -> dict[str, Any]:
     slug = label.replace(",", "").replace(" ", "-")  # a pipeline name: [A-Za-z0-9_.-]
     pipeline = f"publish-{slug}-{uuid.uuid4().hex[:6]}"
     rundir = workdir / pipeline
     rundir.mkdir()
     replicad = e2e.Replicad(rundir, server, broker, pipeline, "disabled")
-    configure(replicad, binlog["start"], eos=eos, relay=relay)
+    configure(replicad, binlog["start"], eos=eos, relay=relay, table=table)
     print(f"publishing: {label} (pipeline {pipeline}) ...", file=sys.stderr)
     reader = None
     result: dict[str, Any] = {"label": label, "exactly_once": eos, "relay": relay}
     try:
-        measured, reader = publish_run(replicad, plan, pids)
+        measured, reader = publish_run(replicad, plan, pids, table, keep_samples)
         result.update(measured)
         if latency_seconds > 0:
             result["latency"] = latency_runs(replicad, server, latency_seconds, pids)
@@ -373,6 +461,159 @@ def publish(
             reader.close()
         result["exit_code"] = replicad.stop()
     return result
+
+
+# --------------------------------------------------------------------------- librdkafka floor
+
+
+class FloorUnit:
+    """replicad's DeliveryUnit's delivery report: a counter down, a failure kept."""
+
+    def __init__(self) -> None:
+        self.outstanding = 0
+        self.failure: Any = None
+        self.failed = 0
+
+    def delivered(self, err: Any, msg: Any) -> None:
+        self.outstanding -= 1
+        if err is not None:
+            self.failed += 1
+            if self.failure is None:
+                self.failure = str(err)
+
+
+def child_floor(spec: dict[str, Any]) -> dict[str, Any]:
+    """In a child process: spec["messages"] messages cycling through the sampled (key, value,
+    headers) into spec["topic"] with the sink's at-least-once producer settings, as
+    KafkaSink._produce hands them over: the 4 headers rebuilt per message with its row number
+    rendered (spec["headers"]), a bound-method delivery callback per message
+    (spec["callback"]), poll(0) every POLL_EVERY messages, BufferError -> poll(0.01) and
+    retry; flush at the end. No warm-up: the process's whole CPU is the figure (the settings
+    come in the spec, so replicad itself is not imported here)."""
+    from confluent_kafka import Producer
+
+    samples = pickle.loads(Path(spec["samples"]).read_bytes())
+    prepared = []
+    for key, value, headers in samples:
+        h = dict(headers or [])
+        first = [
+            ("replicad.file", h.get("replicad.file", b"")),
+            ("replicad.pos", h.get("replicad.pos", b"")),
+        ]
+        last = [("replicad.gtid", h["replicad.gtid"])] if "replicad.gtid" in h else []
+        prepared.append((key, value, first, last))
+    producer = Producer(spec["settings"])
+    topic, count, n = spec["topic"], spec["messages"], len(prepared)
+    with_headers, with_callback = spec["headers"], spec["callback"]
+    poll_every = spec["poll_every"]
+    unit = FloorUnit()
+    produce, poll = producer.produce, producer.poll
+    cpu, started = time.process_time(), time.perf_counter()  # process_time: all threads
+    since_poll = 0
+    for i in range(count):
+        key, value, first, last = prepared[i % n]
+        while True:
+            try:
+                if with_headers and with_callback:
+                    headers = [*first, ("replicad.row", b"%d" % (i % ROWS_PER_TRANSACTION)), *last]
+                    produce(topic, value, key, on_delivery=unit.delivered, headers=headers)
+                    unit.outstanding += 1
+                elif with_headers:
+                    headers = [*first, ("replicad.row", b"%d" % (i % ROWS_PER_TRANSACTION)), *last]
+                    produce(topic, value, key, headers=headers)
+                elif with_callback:
+                    produce(topic, value, key, on_delivery=unit.delivered)
+                    unit.outstanding += 1
+                else:
+                    produce(topic, value, key)
+                break
+            except BufferError:
+                poll(0.01)
+        since_poll += 1
+        if since_poll >= poll_every:
+            since_poll = 0
+            poll(0)
+    left = producer.flush(300)
+    seconds, loop_cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {
+        "messages": count,
+        "samples": n,
+        "undelivered": left,
+        "outstanding": unit.outstanding if with_callback else None,
+        "failed": unit.failed,
+        "failure": unit.failure,
+        "seconds": seconds,
+        "loop_cpu_s": loop_cpu,
+    }
+
+
+def measure_floor(
+    label: str,
+    bootstrap: str,
+    run: dict[str, Any],
+    rows: int,
+    pids: dict[str, int],
+    *,
+    headers: bool,
+    callback: bool,
+) -> dict[str, Any]:
+    """child_floor in a child process (CPU from wait4: its own, the broker's excluded), the
+    at-least-once run's message count and samples, into a new topic of the memory broker."""
+    topic = f"publish-floor-{uuid.uuid4().hex[:6]}.{DATABASE}.{TABLE}"
+    e2e.create_topic(bootstrap, topic)  # replicad creates its topics too, before producing
+    from replicad.sinks.kafka import POLL_EVERY
+
+    spec = {  # settings and POLL_EVERY from replicad here: the child does not import it
+        "settings": e2e.sink_producer_settings(bootstrap),
+        "poll_every": POLL_EVERY,
+        "samples": run["samples_path"],
+        "topic": topic,
+        "messages": run["messages"],
+        "headers": headers,
+        "callback": callback,
+    }
+    print(f"librdkafka floor: {label} ...", file=sys.stderr)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "floor", "--spec"]
+    watch = e2e.CpuWatch(pids).start()
+    m = measure([*cmd, json.dumps(spec)], capture=True)
+    machine = watch.stop()
+    machine["floor child"] = round(m["cpu_s"], 2)
+    result = common.child_result(m.pop("exit_code"), m.pop("stdout"))
+    m.update(result, peak_rss_kb=common.peak_kb(result.get("peak_rss_kb"), m["peak_rss_kb"]))
+    m.update(name=label, rows=rows, headers=headers, callback=callback, machine_cpu=machine)
+    samples = pickle.loads(Path(run["samples_path"]).read_bytes())
+    m["sample_key_avg"] = sum(len(k or b"") for k, _, _ in samples) / len(samples)
+    m["sample_value_avg"] = sum(len(v or b"") for _, v, _ in samples) / len(samples)
+    m["run_key_avg"] = run["key_bytes"] / run["messages"]
+    m["run_value_avg"] = run["value_bytes"] / run["messages"]
+    if not m.get("error") and (m["undelivered"] or m["failed"] or m["outstanding"]):
+        m["error"] = (
+            f"{m['undelivered']} undelivered, {m['failed']} failed ({m['failure']}), "
+            f"{m['outstanding']} outstanding"
+        )
+    return m
+
+
+# --------------------------------------------------------------------------- one big transaction
+
+
+def big_transaction(
+    rows: int, server: decode.Server, workdir: Path, bootstrap: str, pids: dict[str, int]
+) -> dict[str, Any]:
+    """ONE transaction of `rows` inserts in its own binlog file(s): `replicad dump` of them
+    and `replicad run` (at-least-once, relay off) from the position before it until every
+    message is consumed; wall, CPU and peak RSS of each."""
+    print(f"one transaction of {rows:,} rows into {DATABASE}.{BIG_TABLE} ...", file=sys.stderr)
+    binlog = make_big_binlog(server, rows, workdir / "big-binlog")
+    env = {**common.python_env(), "REPLICAD_REQUIRE_SPEEDUPS": "1"}
+    print("big transaction: replicad dump ...", file=sys.stderr)
+    dump = measure_tool("replicad dump", dump_command(binlog["files"]), rows, env)
+    plan = decode.Plan(rows, 0, 0)
+    run = publish(
+        "big transaction, at-least-once", bootstrap, workdir, server, binlog, plan, pids,
+        table=BIG_TABLE,
+    )  # fmt: skip
+    return {"rows": rows, "binlog": binlog, "dump": dump, "publish": run}
 
 
 # --------------------------------------------------------------------------- reporting
@@ -403,6 +644,15 @@ def _row(
         _f(ratio),
         _f(rss_kb / 1024 if rss_kb is not None else None, ".1f"),
     )
+
+
+def other_note(cpu: dict[str, Any]) -> None:
+    other = busy_elsewhere(cpu)
+    if other > OTHER_CORES_WARN:
+        print(
+            f"    note: other processes used {other:.2f} cores during this run: "
+            "its figures may be disturbed (re-run on a quiet machine)"
+        )
 
 
 def busy_elsewhere(cpu: dict[str, Any]) -> float:
@@ -479,6 +729,14 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
         if p["counts"] != p["expected"]:
             problems.append(f"{name}: consumed {p['counts']}, expected {p['expected']}")
+    for f in results.get("floor", []):
+        if f.get("error"):
+            lines.append((f["name"], "FAILED", *[""] * 7))
+            problems.append(f"{f['name']} FAILED:\n{f['error']}")
+            continue
+        lines.append(
+            _row(f["name"], f["rows"], f["seconds"], f["cpu_s"], f["peak_rss_kb"], dump_per_row)
+        )
     lines.append(("publishing workers N=1 / N=2", "not implemented", *[""] * 7))
     print(common.grid(head, lines))
     print(
@@ -506,12 +764,21 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
                 f"{p['exit_code']}; CPU s by thread {e2e._threads(p['threads_cpu_s'])}; "
                 + e2e._cpu_line(p["machine_cpu"])
             )
-            other = busy_elsewhere(p["machine_cpu"])
-            if other > OTHER_CORES_WARN:
-                print(
-                    f"    note: other processes used {other:.2f} cores during this run: "
-                    "its figures may be disturbed (re-run on a quiet machine)"
-                )
+            other_note(p["machine_cpu"])
+    for f in results.get("floor", []):
+        if not f.get("error"):
+            n = f["messages"]
+            print(
+                f"  {f['name']}: {n:,} messages (the at-least-once run's, tombstones "
+                f"included), {f['samples']:,} of its consumed messages cycled (key "
+                f"{f['sample_key_avg']:.1f} B, value {f['sample_value_avg']:.1f} B on average; "
+                f"the whole run: {f['run_key_avg']:.1f} B, {f['run_value_avg']:.1f} B); "
+                f"process CPU {f['cpu_s']:.2f} s (wait4) = {f['cpu_s'] / n * 1e6:.2f} µs/message; "
+                f"produce loop + flush {f['seconds']:.2f} s wall, {f['loop_cpu_s']:.2f} s CPU = "
+                f"{f['loop_cpu_s'] / f['rows'] * 1e6:.2f} µs/row, "
+                f"{f['loop_cpu_s'] / n * 1e6:.2f} µs/message; " + e2e._cpu_line(f["machine_cpu"])
+            )
+            other_note(f["machine_cpu"])
     latency_lines = []
     for p in results["publish"]:
         for lat in p.get("latency", []):
@@ -559,7 +826,81 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
     else:
         print("\nLatency: not measured (--skip-latency)")
+    if "big" in results:
+        report_big(results, dump, problems)
     return summary(results, decoders, dump_per_row), problems
+
+
+def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str]) -> None:
+    """One transaction of --big-transaction rows next to the normal workload's figures."""
+    big, b = results["big"], results["big"]["binlog"]
+    rows = big["rows"]
+    if b["counts"]["c"] != rows:
+        problems.append(f"the big transaction inserted {b['counts']['c']:,} rows, not {rows:,}")
+    print(
+        f"\nOne transaction of {rows:,} inserted rows ({DATABASE}.{BIG_TABLE}, t's shape; "
+        f"{b['seconds']:.1f} s to write): {', '.join(b['names'])} ({b['bytes'] / 2**20:.1f} "
+        f"MiB), {b['start']['file']}:{b['start']['pos']} -> {b['end']['file']}:"
+        f"{b['end']['pos']}; against the normal workload ({results['binlog']['bytes'] / 2**20:.1f}"
+        f" MiB, {ROWS_PER_TRANSACTION}-row transactions):"
+    )
+    normal = next(
+        (p for p in results["publish"] if p["label"] == "at-least-once" and not p.get("error")),
+        None,
+    )
+    head = ("measurement", "rows/txn", "row changes", "seconds", "rows/s", "CPU s", "CPU µs/row",
+            "peak RSS MB")  # fmt: skip
+
+    def line(
+        name: str, per_txn: int, n: int, sec: float, cpu: float, kb: int | None
+    ) -> tuple[str, ...]:
+        r = _row(name, n, sec, cpu, kb, None)
+        return (r[0], f"{per_txn:,}", *r[1:6], r[8])
+
+    lines = []
+    for label, per_txn, d in (("normal", ROWS_PER_TRANSACTION, dump), ("big", rows, big["dump"])):
+        name = f"replicad dump, {label}"
+        if d.get("error"):
+            lines.append((name, "FAILED", *[""] * 6))
+            problems.append(f"{name} FAILED:\n{d['error']}")
+        else:
+            lines.append(line(name, per_txn, d["rows"], d["seconds"], d["cpu_s"], d["peak_rss_kb"]))
+    big_run = big["publish"]
+    for label, per_txn, p in (("normal", ROWS_PER_TRANSACTION, normal), ("big", rows, big_run)):
+        name = f"replicad run at-least-once, {label}"
+        if p is None or p.get("error"):
+            lines.append((name, "FAILED", *[""] * 6))
+            if p is not None:
+                problems.append(f"{name} FAILED:\n{p['error']}")
+            continue
+        lines.append(
+            line(f"{name}: spawn -> last", per_txn, p["rows"], p["wall_s"], p["cpu_s"],
+                 p["peak_rss_kb"])
+        )  # fmt: skip
+        lines.append(
+            line(f"{name}: first -> last", per_txn, p["streaming_rows"], p["streaming_s"],
+                 p["streaming_cpu_s"], None)
+        )  # fmt: skip
+    print(common.grid(head, lines))
+    print(
+        "peak RSS: VmHWM of the process (replicad run: at the last message consumed). "
+        "seconds: wall time of the process (dump), spawn or first message consumed -> last "
+        "message consumed (run)."
+    )
+    if not big_run.get("error"):
+        ok = big_run["messages"] == rows and big_run["counts"] == big_run["expected"]
+        print(
+            f"  big run: {big_run['messages']:,} messages consumed, {rows:,} expected: "
+            f"{'OK' if ok else 'MISMATCH'}; start-up {big_run['startup_s']:.2f} s; CPU s by "
+            f"thread {e2e._threads(big_run['threads_cpu_s'])}; "
+            + e2e._cpu_line(big_run["machine_cpu"])
+        )
+        other_note(big_run["machine_cpu"])
+        if not ok:
+            problems.append(
+                f"big transaction: consumed {big_run['messages']:,} messages "
+                f"({big_run['counts']}), expected {rows:,} ({big_run['expected']})"
+            )
 
 
 def summary(
@@ -624,6 +965,46 @@ def summary(
         )
     elif not results["args"]["skip_relay"]:
         lines.append("relay log on / off: not measured (a run failed)")
+    floors = {f["name"]: f for f in results.get("floor", []) if not f.get("error")}
+    floor, bare, alo = floors.get(FLOOR), floors.get(FLOOR_BARE), runs.get("at-least-once")
+    if floor:
+        x = floor["cpu_s"] / floor["rows"]
+        stream = ratio(alo["streaming_cpu_s"], alo["streaming_rows"]) if alo else None
+        lines.append(
+            f"librdkafka floor (same messages, headers, callbacks): {x * 1e6:.2f} µs/row = "
+            f"{_f(ratio(x, dump_per_row))}× dump's CPU per row; replicad run at-least-once "
+            f"streaming: {_f(stream * 1e6 if stream else None)} µs/row = "
+            f"{_f(ratio(stream, x))}× the floor"
+        )
+        loop = floor["loop_cpu_s"] / floor["rows"]
+        lines.append(
+            f"  the floor's produce loop + flush alone (no interpreter start-up or imports): "
+            f"{loop * 1e6:.2f} µs/row = {_f(ratio(loop, dump_per_row))}× dump's; replicad "
+            f"streaming = {_f(ratio(stream, loop))}× that"
+        )
+        if bare:
+            y = bare["cpu_s"] / bare["rows"]
+            lines.append(
+                f"librdkafka without headers and callbacks: {y * 1e6:.2f} µs/row (the 4 "
+                f"headers and the callback cost {(x - y) * 1e6:.2f} µs/row)"
+            )
+    elif results.get("publish"):
+        lines.append("librdkafka floor: not measured (the at-least-once run or the child failed)")
+    big = results.get("big")
+    if big:
+        d, p = big["dump"], big["publish"]
+        normal_dump = decoders.get("replicad dump") or {}
+
+        def mb(kb: int | None) -> str:
+            return _f(kb / 1024 if kb is not None else None, ".0f")
+
+        dump_mb, normal_dump_mb = mb(d.get("peak_rss_kb")), mb(normal_dump.get("peak_rss_kb"))
+        run_mb, normal_run_mb = mb(p.get("peak_rss_kb")), mb(alo and alo.get("peak_rss_kb"))
+        lines.append(
+            f"one {big['rows']:,}-row transaction, peak RSS: replicad dump {dump_mb} MB (normal "
+            f"workload {normal_dump_mb} MB), replicad run at-least-once {run_mb} MB (normal "
+            f"{normal_run_mb} MB); messages {p.get('messages', 0):,} of {big['rows']:,}"
+        )
     lines.append("publishing workers N=1 / N=2: not implemented (the feature does not exist)")
     return lines
 
@@ -712,7 +1093,7 @@ def run(args: argparse.Namespace) -> int:
         pids.update({k: v for k, v in e2e.service_pids().items() if k == "mariadbd"})
         latency_seconds = 0.0 if args.skip_latency else args.latency_seconds
         runs: list[tuple[str, dict[str, Any]]] = [
-            ("at-least-once", {"latency_seconds": latency_seconds}),
+            ("at-least-once", {"latency_seconds": latency_seconds, "keep_samples": True}),
             ("exactly-once", {"eos": True}),
         ]
         if not args.skip_relay:
@@ -721,6 +1102,14 @@ def run(args: argparse.Namespace) -> int:
             results["publish"].append(
                 publish(label, bootstrap, workdir, server, binlog, plan, pids, **options)
             )
+        alo = results["publish"][0]
+        if not alo.get("error"):
+            results["floor"] = [
+                measure_floor(name, bootstrap, alo, plan.total, pids, headers=on, callback=on)
+                for name, on in ((FLOOR, True), (FLOOR_BARE, False))
+            ]
+        if args.big_transaction:
+            results["big"] = big_transaction(args.big_transaction, server, workdir, bootstrap, pids)
     finally:
         broker.stop()
         if not args.keep:
@@ -754,12 +1143,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-latency", action="store_true", help="no latency phases")
     parser.add_argument("--skip-relay", action="store_true", help="no run with the relay log")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir and databases")
+    parser.add_argument(
+        "--big-transaction",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="also one transaction of ROWS inserts: replicad dump and run, peak RSS (0: off)",
+    )
     parser.add_argument("--tansu", help="tansu binary (default: scripts/services.sh's tools venv)")
-    parser.add_argument("--child", choices=("decode", "peer"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("decode", "peer", "floor"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rows < 30:
         parser.error("--rows must be at least 30")
+    if args.big_transaction < 0:
+        parser.error("--big-transaction must be 0 (off) or a row count")
     return args
 
 
