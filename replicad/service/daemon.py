@@ -480,8 +480,8 @@ class Pipeline:
         # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
         tables: dict[int, TableMapEvent] = {}
         sinks = self.sinks
-        # A single sink that takes whole ROWS events (Kafka) gets them through the compiled
-        # path when the filters leave the changes as they are.
+        # A single sink that takes whole ROWS events (Kafka, JSON lines) gets them through
+        # the compiled path when the filters leave the changes as they are.
         event_sink = (
             sinks[0]
             if len(sinks) == 1

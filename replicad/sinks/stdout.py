@@ -13,13 +13,15 @@ import dataclasses
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import BinaryIO
 
-from replicad.binlog.changes import RowChange, TableChange
+from replicad.binlog.changes import EventRows, RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import EnvelopeLines
+from replicad.sinks.event_envelope import EventEncoder
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.value_modes import ValueMode
 
@@ -41,6 +43,7 @@ class JsonLinesSink:
         self.name = name  # the envelope's source.name (the pipeline)
         self.values = values or ValueMode()
         self.lines = EnvelopeLines(name, self.values.connect)
+        self._events = EventEncoder(self.lines.writer)
         self._marked = 0
         self._regular = False  # fsync only a regular file (not /dev/null, a FIFO, a tty)
         self._out: BinaryIO
@@ -62,6 +65,20 @@ class JsonLinesSink:
             before, after = self.filter.rows(change)
             change = dataclasses.replace(change, before=before, after=after)
         self._write(self.lines.row(change))
+
+    def publish_event(self, rows: EventRows) -> int | None:
+        """Every row change of one ROWS event through the compiled path (`event_envelope`):
+        the lines `publish` writes for each; None (nothing written) where it cannot."""
+        if self.values.options is not None or (
+            self.filter is not None and self.filter.rewrites_changes
+        ):
+            return None
+        encoded = self._events.encode(rows, int(time.time() * 1000), lines=True)
+        if encoded is None:
+            return None
+        lines, _, count = encoded
+        self._write(lines)
+        return count
 
     async def publish_table(self, change: TableChange) -> None:
         self._write(self.lines.table(change))

@@ -3,10 +3,11 @@ publishes exactly what the pure-Python path publishes.
 
 The same binlog range - every column type of tests/helpers/all_types.py with random values,
 updates, primary-key changes, deletes, a table without a primary key (`key_without_pk:
-table`) - is published twice by `replicad run` into Kafka: once with the accelerator, once
-with REPLICAD_PURE_PYTHON=1. Every message must be byte-identical (key, value, headers),
-except the envelope's top-level `ts_ms`, the time of publishing. `/metrics` shows which path
-each run took, so the test cannot pass with both runs on the same path.
+table`) - is published twice by `replicad run`, into Kafka and into the JSON-lines sink:
+once with the accelerator, once with REPLICAD_PURE_PYTHON=1. Every message must be
+byte-identical (key, value, headers), except the envelope's top-level `ts_ms`, the time of
+publishing. `/metrics` shows which path each run took, so the test cannot pass with both
+runs on the same path.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def _comparable(record: Record) -> tuple[object, ...]:
     return record.key, value, sorted(record.headers.items())
 
 
-def _publish(tmp_path, kafka: str, start: tuple[str, int], pure: bool, monkeypatch) -> dict:
-    """Run one pipeline over the workload; its messages per table and its path counters."""
+def _publish(tmp_path, kafka: str | None, start: tuple[str, int], pure: bool, monkeypatch) -> dict:
+    """Run one pipeline over the workload, into Kafka or (kafka None) JSON lines; its topic
+    prefix or output file, and its path counters."""
     path = "pure" if pure else "compiled"
     prefix = f"c{uuid.uuid4().hex[:8]}"
     port = free_port()
@@ -46,14 +48,19 @@ def _publish(tmp_path, kafka: str, start: tuple[str, int], pure: bool, monkeypat
     else:
         monkeypatch.delenv("REPLICAD_PURE_PYTHON", raising=False)
     replicad = KafkaReplicad(
-        tmp_path / path,
-        server_id=7201 + pure,
+        tmp_path / path / ("kafka" if kafka else "lines"),
+        server_id=7201 + pure + (2 if kafka else 0),
         prefix=prefix,
-        kafka=kafka,
+        kafka=kafka or "127.0.0.1:9",
         kafka_yaml="key_without_pk: table",
         extra_yaml=f"metrics: {{listen: '127.0.0.1:{port}'}}\n",
         start=f"{{file: {start[0]}, pos: {start[1]}}}",
     )
+    if kafka is None:  # the same pipeline with the JSON-lines sink instead
+        config = replicad.config.read_text()
+        head, rest = config.split("sinks:\n", 1)
+        rest = rest[rest.index("coordination:") :]
+        replicad.config.write_text(f"{head}sinks:\n  stdout: {{path: {replicad.out}}}\n{rest}")
     replicad.start()
     wait_caught_up(replicad)
     status, metrics = http_get(f"http://127.0.0.1:{port}/metrics")
@@ -62,16 +69,15 @@ def _publish(tmp_path, kafka: str, start: tuple[str, int], pure: bool, monkeypat
     monkeypatch.delenv("REPLICAD_PURE_PYTHON", raising=False)
     return {
         "prefix": prefix,
+        "out": replicad.out,
         "compiled": sample(metrics, "replicad_rows_events_total", path="compiled"),
         "row_by_row": sample(metrics, "replicad_rows_events_total", path="row_by_row"),
     }
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
-def test_compiled_and_pure_paths_publish_identical_messages(
-    db, kafka, tmp_path, monkeypatch
-) -> None:
-    conn, name = db
+def _workload(conn) -> tuple[str, int]:
+    """Every column type, updates, key changes, deletes, a table without a key; the binlog
+    position before it."""
     rng = random.Random(20)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
@@ -90,12 +96,23 @@ def test_compiled_and_pure_paths_publish_identical_messages(
         cur.execute("INSERT INTO nokey VALUES (1, 'x', -0.0), (2, NULL, 1e-5), (3, 'é', 1e22)")
         cur.execute("UPDATE nokey SET b = 'z' WHERE a < 3")
         cur.execute("DELETE FROM nokey WHERE a = 1")
+    return start
 
-    runs = [_publish(tmp_path, kafka, start, pure, monkeypatch) for pure in (False, True)]
-    compiled, pure = runs
+
+def _assert_paths(compiled: dict, pure: dict) -> None:
     assert compiled["compiled"] and compiled["compiled"] >= 10, compiled
     assert not compiled["row_by_row"], compiled
     assert not pure["compiled"] and pure["row_by_row"], pure
+
+
+@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+def test_compiled_and_pure_paths_publish_identical_messages(
+    db, kafka, tmp_path, monkeypatch
+) -> None:
+    conn, name = db
+    start = _workload(conn)
+    runs = [_publish(tmp_path, kafka, start, pure, monkeypatch) for pure in (False, True)]
+    _assert_paths(*runs)
 
     # t: 80 inserts, up to 20 updates, 6 key changes (a delete and a create each), 4
     # deletes; a tombstone after each delete. nokey: 3 inserts, 2 updates, 1 delete.
@@ -105,3 +122,15 @@ def test_compiled_and_pure_paths_publish_identical_messages(
         assert len([r for r in slow if r.value is not None]) >= least, table
         assert [_comparable(r) for r in fast] == [_comparable(r) for r in slow], table
         assert len([r for r in fast if r.value is None]) == tombstones, table
+
+
+@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+def test_compiled_and_pure_paths_write_identical_json_lines(db, tmp_path, monkeypatch) -> None:
+    conn, _ = db
+    start = _workload(conn)
+    runs = [_publish(tmp_path, None, start, pure, monkeypatch) for pure in (False, True)]
+    _assert_paths(*runs)
+    fast, slow = (run["out"].read_bytes().splitlines() for run in runs)
+    assert len(slow) >= 80 + 12 + 4 + 6
+    assert [_TS_MS.sub(b"", line) for line in fast] == [_TS_MS.sub(b"", line) for line in slow]
+    assert all(_TS_MS.search(line) for line in fast + slow)
