@@ -154,7 +154,7 @@ def _encode(columns, body, pos, kind, key, mariadb, *, lines=False, row0=0):
 
 
 @pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
-@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events())
 def test_compiled_messages_equal_the_pure_path(event) -> None:
     columns, body, pos, kind, rows, key, mariadb = event
