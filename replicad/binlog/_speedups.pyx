@@ -357,6 +357,57 @@ cdef object _set_members(uint64_t mask, object names):
     return PyUnicode_Join(",", members)
 
 
+# ---------------------------------------------------------------------- shared readers
+# What `_value` (Python values) and `_json` (JSON text) both read from a row image.
+
+cdef int _INT_SIZE[24]  # bytes of the integer opcodes, by opcode (OP_I8 = 1 .. OP_U64 = 10)
+_INT_SIZE[:] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 8, 8] + [0] * 13
+cdef bint _UNSIGNED_OP[24]  # the unsigned ones among them
+_UNSIGNED_OP[:] = [0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1] + [0] * 13
+
+
+cdef inline int64_t _sign_extend(uint64_t u, int nbytes) noexcept nogil:
+    cdef int shift = 64 - 8 * nbytes
+    return (<int64_t>(u << shift)) >> shift
+
+
+cdef inline const unsigned char *_text_at(ColOp *op, const unsigned char *p, Py_ssize_t size,
+                                          Py_ssize_t *ppos, Py_ssize_t *length) except NULL:
+    """A length-prefixed value (arg1 bytes of length) at ppos[0]: its bytes; ppos[0] moves
+    past it, length[0] is its size."""
+    cdef Py_ssize_t pos = ppos[0]
+    cdef Py_ssize_t need = op.arg1
+    cdef Py_ssize_t n
+    if need > size - pos:
+        _overrun(pos, need, size)
+    n = <Py_ssize_t>_le(p + pos, op.arg1)
+    pos += need
+    if n > size - pos:
+        _overrun(pos, n, size)
+    ppos[0] = pos + n
+    length[0] = n
+    return p + pos
+
+
+cdef inline bint _datetime2_fields(ColOp *op, const unsigned char *q, int64_t *f) noexcept:
+    """DATETIME2 (5 bytes + arg1 of fraction) into f = year, month, day, hour, minute,
+    second, microsecond; whether Python's datetime can hold it."""
+    cdef int64_t x = <int64_t>_be(q, 5) - 0x8000000000
+    cdef int64_t ymd = x >> 17
+    cdef int64_t ym = ymd >> 5
+    cdef int64_t hms = x & 0x1FFFF
+    f[0] = _floordiv(ym, 13)
+    f[1] = ym - f[0] * 13
+    f[2] = ymd & 31
+    f[3] = hms >> 12
+    f[4] = (hms >> 6) & 63
+    f[5] = hms & 63
+    f[6] = <int64_t>_be(q + 5, op.arg1) * op.arg2
+    return (
+        _valid_date(f[0], f[1], f[2]) and f[3] < 24 and f[4] < 60 and f[5] < 60 and f[6] <= 999999
+    )
+
+
 # ---------------------------------------------------------------------- JSON text writers
 # What `encode_rows` writes must be byte-for-byte what the envelope's pure path (orjson with
 # `envelope._default`) writes for the decoded values; tests compare the two on every type.
@@ -370,8 +421,6 @@ cdef struct Buf:
     Py_ssize_t len
     Py_ssize_t cap
 
-cdef int _INT_SIZE[24]  # bytes of the integer opcodes, by opcode (OP_I8 = 1 .. OP_U64 = 10)
-_INT_SIZE[:] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 8, 8] + [0] * 13
 
 cdef const char *_HEX = b"0123456789abcdef"
 cdef const char *_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -744,7 +793,8 @@ cdef class ImageDecoder:
         cdef Py_ssize_t n, need
         cdef int k
         cdef uint64_t u
-        cdef int64_t x, ymd, ym, hms, year, month, day
+        cdef int64_t year, month, day
+        cdef int64_t f[7]
         cdef long long us
         cdef double d
         cdef int yy, mm, dd
@@ -754,15 +804,7 @@ cdef class ImageDecoder:
         q = p + (pos if pos <= size else size)  # never dereferenced before a length check
         k = op.op
         if k == OP_STR:
-            need = op.arg1
-            if need > size - pos:
-                _overrun(pos, need, size)
-            n = <Py_ssize_t>_le(q, op.arg1)
-            pos += need
-            if n > size - pos:
-                _overrun(pos, n, size)
-            q = p + pos
-            pos += n
+            q = _text_at(op, p, size, &pos, &n)
             if op.arg2 == MODE_UTF8:
                 try:
                     value = PyUnicode_DecodeUTF8(<char *>q, n, NULL)
@@ -783,50 +825,16 @@ cdef class ImageDecoder:
                     value = PyUnicode_Decode(<char *>q, n, PyBytes_AS_STRING(obj), NULL)
                 except UnicodeDecodeError:
                     value = PyBytes_FromStringAndSize(<char *>q, n)
-        elif k == OP_I32 or k == OP_U32:
-            if 4 > size - pos:
-                _overrun(pos, 4, size)
-            u = _le(q, 4)
-            if k == OP_I32:
-                value = PyLong_FromLong(<long>(<int32_t>u))
-            else:
+        elif k >= OP_I8 and k <= OP_U64:
+            need = _INT_SIZE[k]
+            if need > size - pos:
+                _overrun(pos, need, size)
+            u = _le(q, <int>need)
+            pos += need
+            if _UNSIGNED_OP[k]:
                 value = PyLong_FromUnsignedLongLong(u)
-            pos += 4
-        elif k == OP_I64 or k == OP_U64:
-            if 8 > size - pos:
-                _overrun(pos, 8, size)
-            u = _le(q, 8)
-            if k == OP_I64:
-                value = PyLong_FromLongLong(<int64_t>u)
             else:
-                value = PyLong_FromUnsignedLongLong(u)
-            pos += 8
-        elif k == OP_I8 or k == OP_U8:
-            if 1 > size - pos:
-                _overrun(pos, 1, size)
-            if k == OP_I8:
-                value = PyLong_FromLong(<long>(<signed char>q[0]))
-            else:
-                value = PyLong_FromLong(<long>q[0])
-            pos += 1
-        elif k == OP_I16 or k == OP_U16:
-            if 2 > size - pos:
-                _overrun(pos, 2, size)
-            u = _le(q, 2)
-            if k == OP_I16:
-                value = PyLong_FromLong(<long>(<short>u))
-            else:
-                value = PyLong_FromLong(<long>u)
-            pos += 2
-        elif k == OP_I24 or k == OP_U24:
-            if 3 > size - pos:
-                _overrun(pos, 3, size)
-            u = _le(q, 3)
-            if k == OP_I24 and u & 0x800000:
-                value = PyLong_FromLongLong(<int64_t>u - 0x1000000)
-            else:
-                value = PyLong_FromLongLong(<int64_t>u)
-            pos += 3
+                value = PyLong_FromLongLong(_sign_extend(u, <int>need))
         elif k == OP_DOUBLE:
             if 8 > size - pos:
                 _overrun(pos, 8, size)
@@ -843,30 +851,13 @@ cdef class ImageDecoder:
             need = 5 + op.arg1
             if need > size - pos:
                 _overrun(pos, need, size)
-            x = <int64_t>_be(q, 5) - 0x8000000000
-            us = <long long>_be(q + 5, op.arg1) * op.arg2
             pos += need
-            ymd = x >> 17
-            ym = ymd >> 5
-            hms = x & 0x1FFFF
-            year = _floordiv(ym, 13)
-            month = ym - year * 13
-            day = ymd & 31
-            if (
-                _valid_date(year, month, day)
-                and (hms >> 12) < 24
-                and ((hms >> 6) & 63) < 60
-                and (hms & 63) < 60
-                and us <= 999999
-            ):
+            if _datetime2_fields(op, q, f):
                 value = datetime_new(
-                    <int>year, <int>month, <int>day, <int>(hms >> 12), <int>((hms >> 6) & 63),
-                    <int>(hms & 63), <int>us, None
+                    <int>f[0], <int>f[1], <int>f[2], <int>f[3], <int>f[4], <int>f[5], <int>f[6], None
                 )
             else:
-                value = _FORMAT_DATETIME(
-                    year, month, day, hms >> 12, (hms >> 6) & 63, hms & 63, us, op.arg3
-                )
+                value = _FORMAT_DATETIME(f[0], f[1], f[2], f[3], f[4], f[5], f[6], op.arg3)
         elif k == OP_TIMESTAMP2:
             need = 4 + op.arg1
             if need > size - pos:
@@ -1002,9 +993,10 @@ cdef class ImageDecoder:
         cdef ColOp *op
         cdef Py_ssize_t i, n, need
         cdef Py_ssize_t pos = ppos[0]
-        cdef int k, r
+        cdef int k
         cdef uint64_t u
-        cdef int64_t x, ymd, ym, hms, year, month, day
+        cdef int64_t year, month, day
+        cdef int64_t f[7]
         cdef long long us
         cdef double d
         cdef int yy, mm, dd
@@ -1030,30 +1022,14 @@ cdef class ImageDecoder:
             q = p + (pos if pos <= size else size)  # never dereferenced before a length check
             k = op.op
             if k == OP_STR and op.arg2 == MODE_UTF8:
-                need = op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                n = <Py_ssize_t>_le(q, op.arg1)
-                pos += need
-                if n > size - pos:
-                    _overrun(pos, n, size)
-                q = p + pos
-                pos += n
+                q = _text_at(op, p, size, &pos, &n)
                 if _ascii(q, n) or _valid_utf8(q, n):
                     _put_json_text(out, q, n)
                 else:
                     kinds[i] = 1
                     _put_base64(out, q, n)
             elif k == OP_STR and (op.arg2 == MODE_BYTES or op.arg2 == MODE_PADDED):
-                need = op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                n = <Py_ssize_t>_le(q, op.arg1)
-                pos += need
-                if n > size - pos:
-                    _overrun(pos, n, size)
-                q = p + pos
-                pos += n
+                q = _text_at(op, p, size, &pos, &n)
                 if op.arg2 == MODE_PADDED and n < op.arg3:
                     value = PyBytes_FromStringAndSize(NULL, op.arg3)
                     memcpy(PyBytes_AS_STRING(value), q, n)
@@ -1067,18 +1043,10 @@ cdef class ImageDecoder:
                     _overrun(pos, need, size)
                 u = _le(q, <int>need)
                 pos += need
-                if k == OP_U8 or k == OP_U16 or k == OP_U24 or k == OP_U32 or k == OP_U64:
+                if _UNSIGNED_OP[k]:
                     _put_u64(out, u)
-                elif k == OP_I8:
-                    _put_i64(out, <signed char>u)
-                elif k == OP_I16:
-                    _put_i64(out, <short>u)
-                elif k == OP_I24:
-                    _put_i64(out, <int64_t>u - 0x1000000 if u & 0x800000 else <int64_t>u)
-                elif k == OP_I32:
-                    _put_i64(out, <int32_t>u)
                 else:
-                    _put_i64(out, <int64_t>u)
+                    _put_i64(out, _sign_extend(u, <int>need))
             elif k == OP_DOUBLE:
                 if 8 > size - pos:
                     _overrun(pos, 8, size)
@@ -1097,24 +1065,10 @@ cdef class ImageDecoder:
                 need = 5 + op.arg1
                 if need > size - pos:
                     _overrun(pos, need, size)
-                x = <int64_t>_be(q, 5) - 0x8000000000
-                us = <long long>_be(q + 5, op.arg1) * op.arg2
-                ymd = x >> 17
-                ym = ymd >> 5
-                hms = x & 0x1FFFF
-                year = _floordiv(ym, 13)
-                month = ym - year * 13
-                day = ymd & 31
-                if (
-                    _valid_date(year, month, day)
-                    and (hms >> 12) < 24
-                    and ((hms >> 6) & 63) < 60
-                    and (hms & 63) < 60
-                    and us <= 999999
-                ):
+                if _datetime2_fields(op, q, f):
                     pos += need
-                    _put_datetime(out, <int>year, <int>month, <int>day, <int>(hms >> 12),
-                                  <int>((hms >> 6) & 63), <int>(hms & 63), <int>us, False)
+                    _put_datetime(out, <int>f[0], <int>f[1], <int>f[2], <int>f[3], <int>f[4],
+                                  <int>f[5], <int>f[6], False)
                 else:
                     _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
             elif k == OP_TIMESTAMP2:

@@ -24,7 +24,6 @@ from replicad.binlog.changes import (
     RowNumbering,
     StatementContext,
     TableChange,
-    changes_of,
 )
 from replicad.binlog.events import HeartbeatEvent, QueryEvent
 from replicad.binlog.position import Position
@@ -551,6 +550,15 @@ class Pipeline:
                     table = tables.get(event.table_id) or event.table_map
                     wanted = table is None or includes(table.schema, table.table)
                     window = self.snapshots.window
+                    rows = EventRows(
+                        event,
+                        unit.file,
+                        gtid_text,
+                        numbering,
+                        table,
+                        statement.thread,
+                        statement.query,
+                    )
                     if (
                         event_sink is not None
                         and wanted
@@ -562,17 +570,7 @@ class Pipeline:
                         # The whole event through the compiled path, when the sink can.
                         if lease is not None and not lease.valid:
                             await self._wait_for_lease(lease)
-                        count = event_sink.publish_event(
-                            EventRows(
-                                event,
-                                unit.file,
-                                gtid_text,
-                                numbering,
-                                table,
-                                statement.thread,
-                                statement.query,
-                            )
-                        )
+                        count = event_sink.publish_event(rows)
                         if count is not None:
                             events_by_path["compiled"] += 1
                             if not self.rows:
@@ -591,15 +589,7 @@ class Pipeline:
                             continue
                     # Rows of excluded tables are counted too, so that the row index of a
                     # restart does not depend on the filters.
-                    changes: Iterable[RowChange] = changes_of(
-                        event,
-                        unit.file,
-                        gtid_text,
-                        numbering,
-                        table,
-                        statement.thread,
-                        statement.query,
-                    )
+                    changes: Iterable[RowChange] = rows.changes()
                     if table is not None and (
                         (table.schema, table.table) == signal
                         or (window is not None and table.table == window.table)
