@@ -729,6 +729,11 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
         if p["counts"] != p["expected"]:
             problems.append(f"{name}: consumed {p['counts']}, expected {p['expected']}")
+        if p.get("exit_code") not in (0, None):
+            # All its messages were consumed, but a stop that fails is a finding (its log stays
+            # in the kept temp dir; tansu shows uncommitted records, so exactly-once may not
+            # have committed its last batch).
+            problems.append(f"{name}: replicad exited {p['exit_code']} when stopped")
     for f in results.get("floor", []):
         if f.get("error"):
             lines.append((f["name"], "FAILED", *[""] * 7))
