@@ -8,8 +8,6 @@ binlog."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import structlog
 
+import replicad
 from replicad.errors import (
     ConfigError,
     RelayError,
@@ -59,10 +58,7 @@ def _timeout(text: str) -> float:
 
 
 def _version() -> str:
-    try:
-        return importlib.metadata.version("replicad")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "unknown (not installed)"
+    return replicad.__version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -337,6 +333,8 @@ def _configure_logging(config: Config, level: str, *others: Config) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
     from replicad.config import load_config
     from replicad.service.exits import exit_code
     from replicad.service.worker import run_worker
@@ -368,6 +366,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    import asyncio
+
     from replicad.service.check import run_check
 
     try:
@@ -545,6 +545,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
 
 def cmd_position(args: argparse.Namespace) -> int:
+    import asyncio
+
     from replicad.config import load_config
     from replicad.coordination.local import LocalPositionStore
     from replicad.service.exits import exit_code

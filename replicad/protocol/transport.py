@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
-from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 
+import replicad
 from replicad.binlog.gtid import GtidSet
 from replicad.errors import (
     AuthError,
@@ -51,10 +51,7 @@ READ_SIZE = 256 * 1024
 
 
 def _client_version() -> str:
-    try:
-        return metadata.version("replicad")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return replicad.__version__
 
 
 def _tls_config(tls: TlsSettings | TlsMode | str | None) -> TlsSettings:

@@ -28,6 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+import replicad
 from replicad.cli import build_parser
 from replicad.config import Config, ShutdownConfig, load_config
 from replicad.invalidate.rules import RuleSet, placeholders
@@ -268,7 +269,8 @@ def pyproject() -> dict[str, Any]:
 
 
 def test_images_are_pinned_to_a_version_tag() -> None:
-    version = pyproject()["project"]["version"]
+    assert pyproject()["project"]["dynamic"] == ["version"]  # replicad/__init__.py has it
+    version = replicad.__version__
     for name, service in services().items():
         image = service.get("image")
         assert image, f"{name}: no image (a build needs one too: it names what is built)"
