@@ -479,15 +479,9 @@ class Pipeline:
         # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
         tables: dict[int, TableMapEvent] = {}
         sinks = self.sinks
-        # A single sink that takes whole ROWS events (Kafka, JSON lines) gets them through
-        # the compiled path when the filters leave the changes as they are.
-        event_sink = (
-            sinks[0]
-            if len(sinks) == 1
-            and isinstance(sinks[0], EventSink)
-            and not self.filter.rewrites_changes
-            else None
-        )
+        # A single sink that takes whole ROWS events (Kafka, JSON lines) is offered them; it
+        # declines (None) when its filters or value mode rewrite the changes.
+        event_sink = sinks[0] if len(sinks) == 1 and isinstance(sinks[0], EventSink) else None
         includes = self.filter.includes
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease

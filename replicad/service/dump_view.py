@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from replicad.binlog.changes import EventRows, RowChange, TableChange, iter_changes_by_event
+from replicad.binlog.changes import EventRows, TableChange, iter_changes_by_event
 from replicad.binlog.events import Event, QueryEvent
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.gtid import GtidSet
@@ -73,7 +73,7 @@ def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:
             out.write(dumps(event_to_dict(item)) + b"\n")
 
 
-def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange | EventRows]) -> None:
+def write_changes(out: BinaryIO, changes: Iterable[EventRows | TableChange]) -> None:
     """The messages Kafka would get (`EnvelopeLines`), one per line; a whole ROWS event at
     once through the compiled path where it can (`EventEncoder`), row by row otherwise."""
     lines = EnvelopeLines("replicad", replay=True)
@@ -86,8 +86,6 @@ def write_changes(out: BinaryIO, changes: Iterable[RowChange | TableChange | Eve
                 continue
             for row in change.changes():
                 out.write(lines.row(row))
-        elif isinstance(change, RowChange):
-            out.write(lines.row(change))
         else:
             out.write(lines.table(change))
 

@@ -185,12 +185,15 @@ def table_schema_value(schema: TableDescription, change: RowChange, name: str) -
 def _row(row: dict[str, Any] | None, json_columns: frozenset[str]) -> dict[str, Any] | None:
     if row is None or not json_columns:
         return row
-    return {
-        k: (
-            json_column(v) if k in json_columns and v is not None and not hasattr(v, "diffs") else v
-        )
-        for k, v in row.items()
-    }
+    return {k: _json_document(v) if k in json_columns else v for k, v in row.items()}
+
+
+def _json_document(value: Any) -> Any:
+    """A MySQL JSON column's value as a row's JSON holds it: the document as MySQL prints it
+    (NULL, and a partial update without its base document, stay as they are)."""
+    if value is None or hasattr(value, "diffs"):
+        return value
+    return json_column(value)
 
 
 def _dumps_row(row: dict[str, Any] | None) -> bytes:
@@ -203,9 +206,11 @@ def value_json(value: Any, json_document: bool) -> bytes:
     """One column value as `_dumps_row` writes it inside a row (`json_document`: the column
     is a MySQL JSON column, written as the text MySQL prints): the compiled path's fallback
     for the types it does not write itself."""
-    if json_document and value is not None and not hasattr(value, "diffs"):
-        value = json_column(value)
-    return orjson.dumps(value, default=_default, option=orjson.OPT_UTC_Z)
+    return orjson.dumps(
+        _json_document(value) if json_document else value,
+        default=_default,
+        option=orjson.OPT_UTC_Z,
+    )
 
 
 def dumps(obj: Any) -> bytes:
