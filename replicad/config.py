@@ -174,11 +174,20 @@ class KafkaSinkConfig(_Strict):
     batch_ms: float = Field(100.0, gt=0)
     # Back-pressure: at most this many unacknowledged messages (librdkafka's queue).
     max_in_flight: int = Field(100_000, ge=1, le=10_000_000)
+    # Processes that produce (sinks/producer_pool.py): the pipeline decodes and encodes, and
+    # N > 1 child processes, messages split by key hash, each run a librdkafka producer.
+    # Use more than 1 when one core is not enough; at-least-once only.
+    producer_processes: int = Field(1, ge=1, le=32)
     producer: dict[str, str | int | float | bool] = {}  # librdkafka settings, passed through
     sasl: KafkaSaslConfig | None = None  # SASL credentials kept out of `producer:`
 
     @model_validator(mode="after")
     def _sasl_given_once(self) -> KafkaSinkConfig:
+        if self.exactly_once and self.producer_processes > 1:
+            raise ValueError(
+                "sinks.kafka.producer_processes > 1 needs at-least-once delivery: a Kafka "
+                "transaction belongs to one producer, so exactly_once publishes from one process"
+            )
         if self.sasl is not None:
             for setting in self.sasl.settings_names():
                 if setting in self.producer:

@@ -40,6 +40,7 @@ from replicad.errors import (
 from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.relay.stream import RelayedStream
+from replicad.service import producer_process
 from replicad.service.checkpoint import Checkpointer
 from replicad.service.heartbeat import heartbeat_writes, retention_checks
 from replicad.service.telemetry import Telemetry
@@ -111,7 +112,13 @@ class Pipeline:
         self.kafka: KafkaSink | None = None
         values = ValueMode(config.envelope)  # a bad Debezium option is a ConfigError here
         if config.sinks.kafka is not None:
-            self.kafka = KafkaSink(config.sinks.kafka, config.pipeline, self.filter, values)
+            self.kafka = KafkaSink(
+                config.sinks.kafka,
+                config.pipeline,
+                self.filter,
+                values,
+                producer_command=producer_process.command(config),
+            )
             self.sinks.append(self.kafka)
         if config.sinks.mqtt is not None:
             from replicad.sinks.mqtt import MqttSink  # aiomqtt only when MQTT is configured

@@ -21,6 +21,7 @@ import asyncio
 import secrets
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -53,6 +54,7 @@ from replicad.sinks.envelope import (
 from replicad.sinks.event_envelope import EventEncoder
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.kafka_clients import kafka_client
+from replicad.sinks.producer_pool import ProducerPool
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.sinks.value_modes import ValueMode
 
@@ -86,7 +88,10 @@ class KafkaSink:
         pipeline: str,
         change_filter: ChangeFilter,
         values: ValueMode | None = None,
+        producer_command: Sequence[str] | None = None,
     ):
+        """`producer_command`: how to start one producer process, with
+        `config.producer_processes` > 1 (replicad.service.producer_process.command)."""
         self.config = config
         self.values = values or ValueMode()
         self.pipeline = pipeline
@@ -98,6 +103,7 @@ class KafkaSink:
         self._fatal: SinkError | None = None
         self._last_error_log = 0.0
         self._settings = producer_settings(config, pipeline, self._on_error)
+        self.producer: Producer | ProducerPool
         try:
             self.producer = kafka_client(Producer, self._settings)
         except KafkaException as exc:
@@ -105,6 +111,21 @@ class KafkaSink:
                 f"librdkafka refused the producer settings: {exc.args[0].str()}",
                 key="sinks.kafka.producer",
             ) from None
+        if config.producer_processes > 1:
+            if producer_command is None:
+                raise ConfigError(
+                    "internal: producer_processes > 1 without a producer command",
+                    key="sinks.kafka.producer_processes",
+                )
+            # The settings were checked by building one producer above; the children use them.
+            self.producer = ProducerPool(
+                config.producer_processes,
+                producer_command,
+                self._settings,
+                self._on_error,
+                config.max_in_flight,
+                QUEUE_KBYTES * 1024,
+            )
         self.topics = Topics(config)
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
@@ -186,7 +207,7 @@ class KafkaSink:
         """Fence older producers of this transactional id (aborting what they left open)."""
         while True:
             try:
-                await asyncio.to_thread(self.producer.init_transactions, ADMIN_TIMEOUT_S)
+                await asyncio.to_thread(self._transactional.init_transactions, ADMIN_TIMEOUT_S)
                 return
             except KafkaException as exc:
                 err = exc.args[0]
@@ -602,19 +623,21 @@ class KafkaSink:
     def close(self) -> None:
         if self.exactly_once and self._in_kafka_txn and self._fatal is None:
             try:  # whatever follows the last committed mark is sent again after a restart
-                self.producer.abort_transaction(5.0)
+                self._transactional.abort_transaction(5.0)
             except KafkaException as exc:
                 log.warning("kafka_abort_failed", error=exc.args[0].str())
         try:
             self._poll()
         except SinkError:
             pass  # already reported by whatever failed first
+        if isinstance(self.producer, ProducerPool):
+            self.producer.close()
 
     # ------------------------------------------------------------------ exactly-once
 
     def _begin_kafka_transaction(self) -> None:
         try:
-            self.producer.begin_transaction()
+            self._transactional.begin_transaction()
         except KafkaException as exc:
             raise _fenced_or(exc.args[0], "cannot begin a Kafka transaction") from None
         self._in_kafka_txn = True
@@ -632,6 +655,13 @@ class KafkaSink:
         self._header_event = None  # re-render the cached header parts with the new id
 
     @property
+    def _transactional(self) -> Producer:
+        """The one producer of exactly-once (the config refuses producer processes then)."""
+        producer = self.producer
+        assert not isinstance(producer, ProducerPool)
+        return producer
+
+    @property
     def _transaction_timeout_s(self) -> float:
         return float(self._settings["transaction.timeout.ms"]) / 1000
 
@@ -639,7 +669,7 @@ class KafkaSink:
         """Abort what could not be committed; a fenced producer says so here."""
         self._end_kafka_transaction()
         try:
-            self.producer.abort_transaction(5.0)
+            self._transactional.abort_transaction(5.0)
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() in _FENCED or err.fatal():
@@ -706,7 +736,7 @@ class KafkaSink:
     async def _commit_until(self, deadline: float, position: Position) -> None:
         while True:
             try:
-                await asyncio.to_thread(self.producer.commit_transaction, 5.0)
+                await asyncio.to_thread(self._transactional.commit_transaction, 5.0)
                 break
             except KafkaException as exc:
                 err = exc.args[0]

@@ -1,0 +1,162 @@
+"""`sinks.kafka.producer_processes: 2`: the pipeline hands its messages to two producer
+processes, split by key hash (replicad/sinks/producer_pool.py, docs/performance.md).
+
+- A random workload on the shop tables, with a TRUNCATE in the middle, published into topics
+  of 3 partitions: folded per partition from Kafka it equals `SELECT`; every key's messages
+  are in binlog order; both processes carried messages. The TRUNCATE goes to every partition
+  and must sit between the rows around it in each: a row written after it but landing before
+  it (the other process overtaking) would be wiped by the fold, and the fold would miss it.
+- SIGKILL of one producer process while the workload runs: replicad stops with the
+  transient exit status and names the process; a restart from the stored position (the
+  lowest acknowledged across both processes) loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.kafka_helpers import Record
+from tests.helpers.kafka_run import (
+    BackgroundWriter,
+    KafkaReplicad,
+    coordinates,
+    normalise_expected,
+    read_topics,
+    tables_state,
+    wait_caught_up,
+)
+
+pytestmark = pytest.mark.faults
+
+EXIT_TEMPFAIL = 75
+KAFKA_YAML = "producer_processes: 2\ntopics: {partitions: 3}"
+
+
+def two_process_replicad(tmp_path: Path, kafka: str, prefix: str, server_id: int) -> KafkaReplicad:
+    return KafkaReplicad(
+        tmp_path, server_id=server_id, prefix=prefix, kafka=kafka, kafka_yaml=KAFKA_YAML
+    )
+
+
+def fold_partitions(records: list[Record], prefix: str, db: str) -> dict[str, dict[str, Any]]:
+    """Replay each partition in offset order; a TRUNCATE (op "t", on every partition) drops
+    the keys of its own partition only. Tables with a primary key only, as `tables_state`."""
+    tables: dict[str, dict[str, tuple[int, Any]]] = {}
+    for record in records:  # sorted by topic, partition, offset
+        table = record.topic[len(f"{prefix}.{db}.") :]
+        if table == "audit":
+            continue
+        state = tables.setdefault(table, {})
+        envelope = None if record.value is None else orjson.loads(record.value)
+        if envelope is not None and envelope["op"] == "t":
+            for key in [k for k, (p, _) in state.items() if p == record.partition]:
+                del state[key]
+            continue
+        assert record.key is not None, f"a row of {table} without a key"
+        key = record.key.decode()
+        if envelope is None or envelope["op"] == "d":
+            state.pop(key, None)
+            continue
+        after = dict(envelope["after"])
+        if isinstance(after.get("flags"), str):
+            after["flags"] = ",".join(sorted(filter(None, after["flags"].split(","))))
+        state[key] = (record.partition, after)
+    return {t: {k: row for k, (_, row) in rows.items()} for t, rows in tables.items()}
+
+
+def out_of_order_keys(records: list[Record]) -> list[str]:
+    """Keys whose messages are not in binlog order (file, pos, row) in their partition."""
+    last: dict[tuple[str, bytes], tuple[Any, ...]] = {}
+    wrong = []
+    for record in records:
+        if record.key is None:
+            continue
+        at = coordinates(record)[1:4]
+        seen = last.get((record.topic, record.key))
+        if seen is not None and at < seen:
+            wrong.append(f"{record.topic} {record.key!r}: {at} after {seen}")
+        last[(record.topic, record.key)] = at
+    return wrong
+
+
+def started_processes(replicad: KafkaReplicad) -> list[int]:
+    found = [e for e in replicad.log_events() if e.get("event") == "kafka_producer_processes_started"]
+    return list(found[-1]["pids"]) if found else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_two_producer_processes_fold_to_the_tables_in_key_order(shop, kafka, tmp_path) -> None:
+    conn, db = shop
+    prefix = f"pp{uuid.uuid4().hex[:8]}"
+    replicad = two_process_replicad(tmp_path, kafka, prefix, 7701)
+    replicad.start()
+    writer = BackgroundWriter(db, seed=71, pause_s=0.002)
+    writer.start()
+    try:
+        time.sleep(4.0)
+        with conn.cursor() as cur:
+            cur.execute("TRUNCATE TABLE accounts")
+        time.sleep(4.0)
+    finally:
+        statements = writer.stop()
+    assert statements > 200
+    wait_caught_up(replicad)
+    pids = started_processes(replicad)
+    assert len(pids) == 2, pids
+    assert replicad.stop() == 0
+    assert not [p for p in pids if alive(p)], "a producer process outlived the pipeline"
+    stopped = [e for e in replicad.log_events() if e["event"] == "kafka_producer_processes_stopped"]
+    assert stopped and all(n > 0 for n in stopped[-1]["messages"]), stopped
+    assert stopped[-1]["unacknowledged"] == 0
+
+    records = read_topics(kafka, prefix, db)
+    truncates = [r for r in records if r.value is not None and orjson.loads(r.value)["op"] == "t"]
+    assert sorted(r.partition for r in truncates) == [0, 1, 2]  # accounts: one per partition
+    assert out_of_order_keys(records) == []
+    assert fold_partitions(records, prefix, db) == normalise_expected(tables_state(conn, db))
+
+
+def test_sigkill_of_one_producer_process_loses_nothing(shop, kafka, tmp_path) -> None:
+    conn, db = shop
+    prefix = f"pk{uuid.uuid4().hex[:8]}"
+    replicad = two_process_replicad(tmp_path, kafka, prefix, 7702)
+    replicad.start()
+    writer = BackgroundWriter(db, seed=72, pause_s=0.002)
+    writer.start()
+    try:
+        wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
+        time.sleep(2.0)
+        pids = started_processes(replicad)
+        assert len(pids) == 2, pids
+        os.kill(pids[1], signal.SIGKILL)
+        assert replicad.proc is not None
+        code = replicad.proc.wait(timeout=30)
+        assert code == EXIT_TEMPFAIL, replicad.err.read_text()[-3000:]
+        lost = [e for e in replicad.log_events() if e["event"] == "kafka_producer_process_lost"]
+        assert lost and lost[0]["process"] == 1 and lost[0]["pid"] == pids[1], lost
+        assert not alive(pids[0]), "the other producer process outlived the pipeline"
+        replicad.start()  # from the stored position
+        time.sleep(2.0)
+    finally:
+        statements = writer.stop()
+    assert statements > 200
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+    records = read_topics(kafka, prefix, db)
+    assert fold_partitions(records, prefix, db) == normalise_expected(tables_state(conn, db))
