@@ -89,7 +89,9 @@ def out_of_order_keys(records: list[Record]) -> list[str]:
 
 
 def started_processes(replicad: KafkaReplicad) -> list[int]:
-    found = [e for e in replicad.log_events() if e.get("event") == "kafka_producer_processes_started"]
+    found = [
+        e for e in replicad.log_events() if e.get("event") == "kafka_producer_processes_started"
+    ]
     return list(found[-1]["pids"]) if found else []
 
 
