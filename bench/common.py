@@ -183,6 +183,24 @@ def cpu_seconds(pid: int | str) -> float | None:
     return None if fields is None else cpu_ticks(fields) / CLK_TCK
 
 
+def child_pids(pid: int | str) -> list[int]:
+    """The live children of a process (/proc/<pid>/task/*/children)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue  # the thread or the process ended meanwhile
+    return out
+
+
+def tree_cpu_seconds(pid: int | str) -> tuple[float, float]:
+    """(the process's CPU s, its live children's CPU s): replicad run with producer
+    processes spends part of its CPU in them."""
+    own = cpu_seconds(pid) or 0.0
+    return own, sum(cpu_seconds(c) or 0.0 for c in child_pids(pid))
+
+
 def machine_ticks() -> tuple[int, int]:
     """(busy, total) CPU ticks of the machine, all cores, from /proc/stat. Busy is user, nice,
     system, irq, softirq and steal (guest time is counted in user already); total adds idle

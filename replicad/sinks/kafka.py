@@ -277,6 +277,19 @@ class KafkaSink:
         limit = self.config.max_message_bytes
         unit = self.tracker.current
         produce = self._produce
+        if isinstance(self.producer, ProducerPool) and not self._pending:
+            if topic in self.topics.ready:
+                # Producer processes: the event split by key in one call, headers built there.
+                parts = None if last is None else (first, last)
+                sent = self.producer.produce_event(topic, unit, parts, messages, tombstones, limit)
+                if sent:
+                    unit.outstanding += sent
+                    self._since_mark += sent
+                    self._since_poll += sent
+                    if self._since_poll >= POLL_EVERY:
+                        self._since_poll = 0
+                        self._poll()
+                    return count
         # While nothing waits and the topic exists, straight to librdkafka: `_send_raw`
         # without its per-message checks. From the first message that cannot go that way
         # (queue full, too large), the rest go through `_send_raw`, in order.

@@ -26,7 +26,8 @@ KafkaSink uses (`produce`, `poll`, `flush`, `purge`, `len`), so the sink's logic
 `serve` is the child's loop (run by `replicad.service.producer_process`).
 
 Frames, both ways: a 4-byte little-endian length, then a pickle. Parent to child:
-`("batch", id, [(topic, key, value, headers, partition), ...])`, `("purge",)`; end of input
+`("settings", librdkafka settings)` first, then `("batch", id, entries)` (single messages and
+the compiled path's whole ROWS events, see `_produce_batch`), `("purge",)`; end of input
 means stop. Child to parent: `("acked", id)`, `("failed", id, code, text, fatal, retriable,
 topic, key)` (the first failed message of a batch, before its "acked"), `("error", code, text,
 fatal, retriable)` (librdkafka client errors).
@@ -41,10 +42,9 @@ import pickle
 import select
 import struct
 import subprocess
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -60,9 +60,7 @@ BATCH_BYTES = 1 << 20  # ... or bytes,
 LINGER_S = 0.002  # or this long after its first message
 PIPE_BYTES = 1 << 20  # pipe capacity asked for (Linux), fewer wake-ups per batch
 _LENGTH = struct.Struct("<I")
-
-# (topic, key, value, headers, partition)
-Wire = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None, int]
+ROW_HEADER = "replicad.row"
 
 
 class _Reported:
@@ -100,8 +98,9 @@ class _Child:
             os.set_blocking(fd, False)
         self.out = bytearray()  # frames not yet taken by the pipe
         self.inbuf = bytearray()
-        self.batch: list[Wire] = []
+        self.batch: list[tuple[Any, ...]] = []  # entries: ("m", ...) or ("e", ...), see serve
         self.units: list[list[Any]] = []  # [unit, messages] runs of the open batch
+        self.batch_messages = 0
         self.batch_bytes = 0
         self.sent: dict[int, tuple[list[list[Any]], int, int]] = {}  # id -> units, count, bytes
         self.inflight = 0  # messages given to this process and not reported delivered
@@ -128,16 +127,7 @@ class _Child:
     def read(self) -> tuple[list[tuple[Any, ...]], bool]:
         """The child's reports that arrived (never blocks), and whether its end was reached
         (it is gone: what it reported before still counts)."""
-        ended = False
-        while True:
-            try:
-                chunk = os.read(self.rfd, 1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                ended = True
-                break
-            self.inbuf += chunk
+        ended = _read_into(self.rfd, self.inbuf)
         return _whole_frames(self.inbuf), ended
 
     def exit_text(self) -> str:
@@ -211,23 +201,89 @@ class ProducerPool:
             self._serve()
             if child.inflight >= self._max_messages or child.inflight_bytes >= self._max_bytes:
                 raise BufferError
-        batch = child.batch
-        batch.append((topic, key, value, headers, partition))
-        units = child.units
-        if units and units[-1][0] is unit:
-            units[-1][1] += 1
-        else:
-            units.append([unit, 1])
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
-        child.batch_bytes += size
-        child.inflight += 1
-        child.inflight_bytes += size
+        self._add(child, unit, ("m", topic, key, value, headers, partition), 1, size)
         if partition >= 0:
             self._fence = child
             self._send(child)
-        elif len(batch) >= BATCH_MESSAGES or child.batch_bytes >= BATCH_BYTES:
+
+    def produce_event(
+        self,
+        topic: str,
+        unit: DeliveryUnit,
+        headers: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]] | None,
+        messages: list[tuple[str, int, bytes | None, bytes]],
+        tombstones: bool,
+        limit: int,
+    ) -> int:
+        """The messages of one ROWS event from the compiled path, (op, row, key, value)
+        each, as KafkaSink.publish_event sends them (a tombstone after a keyed delete; the
+        headers before and after `replicad.row`, built by the child): split by key into one
+        entry per process. Returns the messages queued, counted on `unit` by the caller; 0
+        when they must go one by one (a value over `limit`, no room, a fence): nothing was
+        queued then."""
+        if self._failure is not None:
+            raise self._failure
+        n = self._n
+        groups: list[list[tuple[int, bytes | None, bytes, bool]]] = [[] for _ in range(n)]
+        counts = [0] * n
+        sizes = [0] * n
+        crc32 = zlib.crc32
+        for op, row, key, value in messages:
+            size = len(value)
+            if size > limit:
+                return 0
+            if key is None:
+                i, tombstone = 0, False
+            else:
+                i = crc32(key) % n
+                size += len(key)
+                tombstone = tombstones and op == "d"
+            groups[i].append((row, key, value, tombstone))
+            counts[i] += 2 if tombstone else 1
+            sizes[i] += size
+        children = self._children
+        if self._fence is not None and any(
+            group and children[i] is not self._fence for i, group in enumerate(groups)
+        ):
+            if not self._fence_over():
+                return 0
+        for i, count in enumerate(counts):
+            child = children[i]
+            if (
+                count
+                and child.inflight
+                and (
+                    child.inflight + count > self._max_messages
+                    or child.inflight_bytes >= self._max_bytes
+                )
+            ):
+                self._serve()
+                if child.inflight + count > self._max_messages or (
+                    child.inflight_bytes >= self._max_bytes
+                ):
+                    return 0
+        for i, group in enumerate(groups):
+            if group:
+                self._add(children[i], unit, ("e", topic, headers, group), counts[i], sizes[i])
+        return sum(counts)
+
+    def _add(
+        self, child: _Child, unit: DeliveryUnit, entry: tuple[Any, ...], count: int, size: int
+    ) -> None:
+        child.batch.append(entry)
+        units = child.units
+        if units and units[-1][0] is unit:
+            units[-1][1] += count
+        else:
+            units.append([unit, count])
+        child.batch_messages += count
+        child.batch_bytes += size
+        child.inflight += count
+        child.inflight_bytes += size
+        if child.batch_messages >= BATCH_MESSAGES or child.batch_bytes >= BATCH_BYTES:
             self._send(child)
-        elif len(batch) == 1 and self._linger is None:
+        elif len(child.batch) == 1 and self._linger is None:
             self._schedule_linger()
 
     def poll(self, timeout: float = 0) -> int:
@@ -263,7 +319,7 @@ class ProducerPool:
         for child in self._children:
             child.batch.clear()
             child.units.clear()
-            child.batch_bytes = 0
+            child.batch_messages = child.batch_bytes = 0
             child.enqueue(("purge",))
         self._write_all()
 
@@ -334,10 +390,11 @@ class ProducerPool:
 
     def _send(self, child: _Child) -> None:
         self._ids += 1
-        child.sent[self._ids] = (child.units, len(child.batch), child.batch_bytes)
-        child.messages += len(child.batch)
+        child.sent[self._ids] = (child.units, child.batch_messages, child.batch_bytes)
+        child.messages += child.batch_messages
         child.enqueue(("batch", self._ids, child.batch))
-        child.batch, child.units, child.batch_bytes = [], [], 0
+        child.batch, child.units = [], []
+        child.batch_messages = child.batch_bytes = 0
         self._write(child)
 
     def _send_all(self) -> None:
@@ -406,64 +463,76 @@ class ProducerPool:
 
 def serve(read_fd: int, write_fd: int) -> None:
     """The child: produce every batch read from `read_fd` with one librdkafka producer and
-    report each once Kafka acknowledged all of it; at end of input flush and return."""
-    frames = _frames(read_fd)
-    first = next(frames, None)
-    if first is None or first[0] != "settings":
-        raise SystemExit("replicad producer process: no settings on standard input")
+    report each once Kafka acknowledged all of it; at end of input flush and return. One
+    thread: delivery reports are served between reads (no lock, no GIL contention)."""
     writer = _ReportWriter(write_fd)
 
     def on_error(err: KafkaError) -> None:
         writer.send(("error", err.code(), err.str(), err.fatal(), err.retriable()))
 
-    producer = kafka_client(Producer, {**first[1], "error_cb": on_error})
-    stop = threading.Event()
-    # Delivery reports are served here while the main thread waits for batches.
-    poller = threading.Thread(target=_poll_until, args=(producer, stop), daemon=True)
-    poller.start()
-    for frame in frames:
-        if frame[0] == "batch":
-            _produce_batch(producer, frame[1], frame[2], writer)
-        elif frame[0] == "purge":
-            producer.purge(in_queue=True, in_flight=False, blocking=False)
-    stop.set()
-    poller.join()
-    producer.flush(5.0)
+    producer: Producer | None = None
+    os.set_blocking(read_fd, False)
+    buf = bytearray()
+    ended = False
+    while not ended:
+        # Reports are due while messages are in flight: wake up often then.
+        busy = producer is not None and len(producer) > 0
+        readable, _, _ = select.select([read_fd], [], [], 0.005 if busy else 0.2)
+        if readable:
+            ended = _read_into(read_fd, buf)
+            for frame in _whole_frames(buf):
+                if frame[0] == "batch":
+                    assert producer is not None, "a batch before the settings"
+                    _produce_batch(producer, frame[1], frame[2], writer)
+                elif frame[0] == "purge" and producer is not None:
+                    producer.purge(in_queue=True, in_flight=False, blocking=False)
+                elif frame[0] == "settings":
+                    producer = kafka_client(Producer, {**frame[1], "error_cb": on_error})
+        if producer is not None:
+            producer.poll(0)
+    if producer is not None:
+        producer.flush(5.0)
+
+
+def _read_into(fd: int, buf: bytearray) -> bool:
+    """Append what `fd` holds now; whether its end was reached."""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            return True
+        buf += chunk
 
 
 class _ReportWriter:
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.lock = threading.Lock()
 
     def send(self, report: tuple[Any, ...]) -> None:
         payload = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = _LENGTH.pack(len(payload)) + payload
-        with self.lock:
-            view = memoryview(frame)
-            while view:
-                view = view[os.write(self.fd, view) :]
+        view = memoryview(_LENGTH.pack(len(payload)) + payload)
+        while view:
+            view = view[os.write(self.fd, view) :]
 
 
 class _Batch:
     """A batch in a child: reported once all its messages have a delivery report."""
 
-    __slots__ = ("failed", "id", "lock", "remaining", "writer")
+    __slots__ = ("failed", "id", "remaining", "writer")
 
     def __init__(self, batch_id: int, count: int, writer: _ReportWriter) -> None:
         self.id = batch_id
         self.remaining = count
         self.failed = False
         self.writer = writer
-        self.lock = threading.Lock()
 
     def delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             self.fail(err, msg.topic(), msg.key())
-        with self.lock:
-            self.remaining -= 1
-            done = self.remaining == 0
-        if done:
+        self.remaining -= 1
+        if self.remaining == 0:
             self.writer.send(("acked", self.id))
 
     def fail(self, err: KafkaError, topic: str, key: bytes | None) -> None:
@@ -475,44 +544,52 @@ class _Batch:
 
 
 def _produce_batch(
-    producer: Producer, batch_id: int, messages: list[Wire], writer: _ReportWriter
+    producer: Producer, batch_id: int, entries: list[tuple[Any, ...]], writer: _ReportWriter
 ) -> None:
-    batch = _Batch(batch_id, len(messages), writer)
-    report = batch.delivered
-    for topic, key, value, headers, partition in messages:
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value,
-                    key,
-                    partition=partition,
-                    on_delivery=report,
-                    headers=headers,  # type: ignore[arg-type]
-                )
-                break
-            except BufferError:  # not expected (the parent keeps within the queue): wait
-                time.sleep(0.005)
-            except KafkaException as exc:
-                batch.fail(exc.args[0], topic, key)
-                batch.delivered(None, None)
-                break
+    """Entries: ("m", topic, key, value, headers, partition), one message; ("e", topic,
+    header parts or None, [(row, key, value, tombstone), ...]), a ROWS event's messages
+    for this process, headers `[*first, ("replicad.row", row), *last]`."""
+    count = sum(1 if e[0] == "m" else len(e[3]) + sum(1 for r in e[3] if r[3]) for e in entries)
+    batch = _Batch(batch_id, count, writer)
+    for entry in entries:
+        if entry[0] == "m":
+            _, topic, key, value, headers, partition = entry
+            _produce_one(producer, batch, topic, key, value, headers, partition)
+            continue
+        _, topic, parts, rows = entry
+        for row, key, value, tombstone in rows:
+            headers = None if parts is None else [*parts[0], (ROW_HEADER, b"%d" % row), *parts[1]]
+            _produce_one(producer, batch, topic, key, value, headers, -1)
+            if tombstone:
+                _produce_one(producer, batch, topic, key, None, headers, -1)
 
 
-def _poll_until(producer: Producer, stop: threading.Event) -> None:
-    while not stop.is_set():
-        producer.poll(0.05)
-
-
-def _frames(fd: int) -> Iterator[tuple[Any, ...]]:
-    """Frames read from `fd` (blocking) until its end."""
-    buf = bytearray()
+def _produce_one(
+    producer: Producer,
+    batch: _Batch,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None,
+    partition: int,
+) -> None:
     while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
+        try:
+            producer.produce(
+                topic,
+                value,
+                key,
+                partition=partition,
+                on_delivery=batch.delivered,
+                headers=headers,  # type: ignore[arg-type]
+            )
             return
-        buf += chunk
-        yield from _whole_frames(buf)
+        except BufferError:  # not expected (the parent keeps within the queue): serve, retry
+            producer.poll(0.005)
+        except KafkaException as exc:
+            batch.fail(exc.args[0], topic, key)
+            batch.delivered(None, None)
+            return
 
 
 def _whole_frames(buf: bytearray) -> list[tuple[Any, ...]]:

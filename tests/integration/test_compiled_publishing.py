@@ -37,10 +37,17 @@ def _comparable(record: Record) -> tuple[object, ...]:
     return record.key, value, sorted(record.headers.items())
 
 
-def _publish(tmp_path, kafka: str | None, start: tuple[str, int], pure: bool, monkeypatch) -> dict:
+def _publish(
+    tmp_path,
+    kafka: str | None,
+    start: tuple[str, int],
+    pure: bool,
+    monkeypatch,
+    processes: int = 1,
+) -> dict:
     """Run one pipeline over the workload, into Kafka or (kafka None) JSON lines; its topic
-    prefix or output file, and its path counters."""
-    path = "pure" if pure else "compiled"
+    prefix or output file, and its path counters. `processes`: sinks.kafka.producer_processes."""
+    path = ("pure" if pure else "compiled") + (f"-{processes}" if processes > 1 else "")
     prefix = f"c{uuid.uuid4().hex[:8]}"
     port = free_port()
     if pure:
@@ -49,10 +56,10 @@ def _publish(tmp_path, kafka: str | None, start: tuple[str, int], pure: bool, mo
         monkeypatch.delenv("REPLICAD_PURE_PYTHON", raising=False)
     replicad = KafkaReplicad(
         tmp_path / path / ("kafka" if kafka else "lines"),
-        server_id=7201 + pure + (2 if kafka else 0),
+        server_id=7201 + pure + (2 if kafka else 0) + (4 if processes > 1 else 0),
         prefix=prefix,
         kafka=kafka or "127.0.0.1:9",
-        kafka_yaml="key_without_pk: table",
+        kafka_yaml=f"key_without_pk: table\nproducer_processes: {processes}",
         extra_yaml=f"metrics: {{listen: '127.0.0.1:{port}'}}\n",
         start=f"{{file: {start[0]}, pos: {start[1]}}}",
     )
@@ -67,6 +74,8 @@ def _publish(tmp_path, kafka: str | None, start: tuple[str, int], pure: bool, mo
     assert status == 200
     assert replicad.stop() == 0
     monkeypatch.delenv("REPLICAD_PURE_PYTHON", raising=False)
+    started = [e for e in replicad.log_events() if e["event"] == "kafka_producer_processes_started"]
+    assert len(started[-1]["pids"] if started else [None]) == processes
     return {
         "prefix": prefix,
         "out": replicad.out,
@@ -109,10 +118,15 @@ def _assert_paths(compiled: dict, pure: dict) -> None:
 def test_compiled_and_pure_paths_publish_identical_messages(
     db, kafka, tmp_path, monkeypatch
 ) -> None:
+    """And with two producer processes (sinks/producer_pool.py: the child builds the headers
+    of a compiled event): the same messages, each key's in the same order (the processes'
+    messages interleave differently in a partition from run to run, keys do not)."""
     conn, name = db
     start = _workload(conn)
     runs = [_publish(tmp_path, kafka, start, pure, monkeypatch) for pure in (False, True)]
     _assert_paths(*runs)
+    split = _publish(tmp_path, kafka, start, False, monkeypatch, processes=2)
+    _assert_paths(split, runs[1])
 
     # t: 80 inserts, up to 20 updates, 6 key changes (a delete and a create each), 4
     # deletes; a tombstone after each delete. nokey: 3 inserts, 2 updates, 1 delete.
@@ -122,6 +136,15 @@ def test_compiled_and_pure_paths_publish_identical_messages(
         assert len([r for r in slow if r.value is not None]) >= least, table
         assert [_comparable(r) for r in fast] == [_comparable(r) for r in slow], table
         assert len([r for r in fast if r.value is None]) == tombstones, table
+        two = consume_all(kafka, [f"{split['prefix']}.{name}.{table}"], idle_s=3.0)
+        assert _by_key(two) == _by_key(slow), table
+
+
+def _by_key(records: list[Record]) -> dict[bytes | None, list[tuple[object, ...]]]:
+    out: dict[bytes | None, list[tuple[object, ...]]] = {}
+    for record in records:
+        out.setdefault(record.key, []).append(_comparable(record))
+    return out
 
 
 @pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
