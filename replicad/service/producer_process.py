@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from replicad.config import Config
 from replicad.service.logging import configure_logging
-from replicad.sinks.producer_pool import serve
+from replicad.sinks.producer_child import serve
+
+if TYPE_CHECKING:  # not imported at run time: this process starts with every pipeline start
+    from replicad.config import Config
 
 
 def command(config: Config) -> list[str]:

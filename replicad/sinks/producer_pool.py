@@ -25,12 +25,7 @@ The parent side (`ProducerPool`) answers the part of confluent-kafka's Producer 
 KafkaSink uses (`produce`, `poll`, `flush`, `purge`, `len`), so the sink's logic is unchanged.
 `serve` is the child's loop (run by `replicad.service.producer_process`).
 
-Frames, both ways: a 4-byte little-endian length, then a pickle. Parent to child:
-`("settings", librdkafka settings)` first, then `("batch", id, entries)` (single messages and
-the compiled path's whole ROWS events, see `_produce_batch`), `("purge",)`; end of input
-means stop. Child to parent: `("acked", id)`, `("failed", id, code, text, fatal, retriable,
-topic, key)` (the first failed message of a batch, before its "acked"), `("error", code, text,
-fatal, retriable)` (librdkafka client errors).
+The wire between them is described in sinks/producer_child.py.
 """
 
 from __future__ import annotations
@@ -38,9 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pickle
 import select
-import struct
 import subprocess
 import time
 import zlib
@@ -48,10 +41,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError
 
 from replicad.sinks.base import DeliveryUnit, SinkUnavailableError
-from replicad.sinks.kafka_clients import kafka_client
+from replicad.sinks.producer_child import frame, read_into, whole_frames
 
 log = structlog.get_logger("replicad.sinks.producer_pool")
 
@@ -59,8 +52,6 @@ BATCH_MESSAGES = 512  # a batch goes to its process at this many messages ...
 BATCH_BYTES = 1 << 20  # ... or bytes,
 LINGER_S = 0.002  # or this long after its first message
 PIPE_BYTES = 1 << 20  # pipe capacity asked for (Linux), fewer wake-ups per batch
-_LENGTH = struct.Struct("<I")
-ROW_HEADER = "replicad.row"
 
 
 class _Reported:
@@ -110,10 +101,8 @@ class _Child:
         client_id = f"{settings.get('client.id', 'replicad')}-{index}"
         self.enqueue(("settings", {**settings, "client.id": client_id}))
 
-    def enqueue(self, frame: tuple[Any, ...]) -> None:
-        payload = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-        self.out += _LENGTH.pack(len(payload))
-        self.out += payload
+    def enqueue(self, message: tuple[Any, ...]) -> None:
+        self.out += frame(message)
 
     def write(self) -> None:
         """Move what the pipe takes now (never blocks); BrokenPipeError when the child died."""
@@ -127,8 +116,8 @@ class _Child:
     def read(self) -> tuple[list[tuple[Any, ...]], bool]:
         """The child's reports that arrived (never blocks), and whether its end was reached
         (it is gone: what it reported before still counts)."""
-        ended = _read_into(self.rfd, self.inbuf)
-        return _whole_frames(self.inbuf), ended
+        ended = read_into(self.rfd, self.inbuf)
+        return whole_frames(self.inbuf), ended
 
     def exit_text(self) -> str:
         try:
@@ -459,151 +448,6 @@ class ProducerPool:
                 unacknowledged=child.inflight,
             )
             log.error("kafka_producer_process_lost", process=child.index, pid=child.proc.pid)
-
-
-def serve(read_fd: int, write_fd: int) -> None:
-    """The child: produce every batch read from `read_fd` with one librdkafka producer and
-    report each once Kafka acknowledged all of it; at end of input flush and return. One
-    thread: delivery reports are served between reads (no lock, no GIL contention)."""
-    writer = _ReportWriter(write_fd)
-
-    def on_error(err: KafkaError) -> None:
-        writer.send(("error", err.code(), err.str(), err.fatal(), err.retriable()))
-
-    producer: Producer | None = None
-    os.set_blocking(read_fd, False)
-    buf = bytearray()
-    ended = False
-    while not ended:
-        # Reports are due while messages are in flight: wake up often then.
-        busy = producer is not None and len(producer) > 0
-        readable, _, _ = select.select([read_fd], [], [], 0.005 if busy else 0.2)
-        if readable:
-            ended = _read_into(read_fd, buf)
-            for frame in _whole_frames(buf):
-                if frame[0] == "batch":
-                    assert producer is not None, "a batch before the settings"
-                    _produce_batch(producer, frame[1], frame[2], writer)
-                elif frame[0] == "purge" and producer is not None:
-                    producer.purge(in_queue=True, in_flight=False, blocking=False)
-                elif frame[0] == "settings":
-                    producer = kafka_client(Producer, {**frame[1], "error_cb": on_error})
-        if producer is not None:
-            producer.poll(0)
-    if producer is not None:
-        producer.flush(5.0)
-
-
-def _read_into(fd: int, buf: bytearray) -> bool:
-    """Append what `fd` holds now; whether its end was reached."""
-    while True:
-        try:
-            chunk = os.read(fd, 1 << 20)
-        except BlockingIOError:
-            return False
-        if not chunk:
-            return True
-        buf += chunk
-
-
-class _ReportWriter:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def send(self, report: tuple[Any, ...]) -> None:
-        payload = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(_LENGTH.pack(len(payload)) + payload)
-        while view:
-            view = view[os.write(self.fd, view) :]
-
-
-class _Batch:
-    """A batch in a child: reported once all its messages have a delivery report."""
-
-    __slots__ = ("failed", "id", "remaining", "writer")
-
-    def __init__(self, batch_id: int, count: int, writer: _ReportWriter) -> None:
-        self.id = batch_id
-        self.remaining = count
-        self.failed = False
-        self.writer = writer
-
-    def delivered(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            self.fail(err, msg.topic(), msg.key())
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.writer.send(("acked", self.id))
-
-    def fail(self, err: KafkaError, topic: str, key: bytes | None) -> None:
-        if not self.failed:
-            self.failed = True
-            self.writer.send(
-                ("failed", self.id, err.code(), err.str(), err.fatal(), err.retriable(), topic, key)
-            )
-
-
-def _produce_batch(
-    producer: Producer, batch_id: int, entries: list[tuple[Any, ...]], writer: _ReportWriter
-) -> None:
-    """Entries: ("m", topic, key, value, headers, partition), one message; ("e", topic,
-    header parts or None, [(row, key, value, tombstone), ...]), a ROWS event's messages
-    for this process, headers `[*first, ("replicad.row", row), *last]`."""
-    count = sum(1 if e[0] == "m" else len(e[3]) + sum(1 for r in e[3] if r[3]) for e in entries)
-    batch = _Batch(batch_id, count, writer)
-    for entry in entries:
-        if entry[0] == "m":
-            _, topic, key, value, headers, partition = entry
-            _produce_one(producer, batch, topic, key, value, headers, partition)
-            continue
-        _, topic, parts, rows = entry
-        for row, key, value, tombstone in rows:
-            headers = None if parts is None else [*parts[0], (ROW_HEADER, b"%d" % row), *parts[1]]
-            _produce_one(producer, batch, topic, key, value, headers, -1)
-            if tombstone:
-                _produce_one(producer, batch, topic, key, None, headers, -1)
-
-
-def _produce_one(
-    producer: Producer,
-    batch: _Batch,
-    topic: str,
-    key: bytes | None,
-    value: bytes | None,
-    headers: list[tuple[str, bytes]] | None,
-    partition: int,
-) -> None:
-    while True:
-        try:
-            producer.produce(
-                topic,
-                value,
-                key,
-                partition=partition,
-                on_delivery=batch.delivered,
-                headers=headers,  # type: ignore[arg-type]
-            )
-            return
-        except BufferError:  # not expected (the parent keeps within the queue): serve, retry
-            producer.poll(0.005)
-        except KafkaException as exc:
-            batch.fail(exc.args[0], topic, key)
-            batch.delivered(None, None)
-            return
-
-
-def _whole_frames(buf: bytearray) -> list[tuple[Any, ...]]:
-    """The whole frames at the start of `buf`, taken out of it (a partial one stays)."""
-    frames = []
-    at = 0
-    while len(buf) - at >= 4:
-        (size,) = _LENGTH.unpack_from(buf, at)
-        if len(buf) - at - 4 < size:
-            break
-        frames.append(pickle.loads(bytes(buf[at + 4 : at + 4 + size])))
-        at += 4 + size
-    del buf[:at]
-    return frames
 
 
 def _widen(fd: int) -> None:
