@@ -632,6 +632,9 @@ class KafkaSink:
             log.warning("kafka_queue_purged", remaining=len(self.producer))
         except KafkaException as exc:
             log.warning("kafka_purge_failed", error=exc.args[0].str())
+        if isinstance(self.producer, ProducerPool):
+            # No close() follows an abandon: the processes go now (their queues are purged).
+            self.producer.close(timeout_s=2.0)
 
     def close(self) -> None:
         if self.exactly_once and self._in_kafka_txn and self._fatal is None:

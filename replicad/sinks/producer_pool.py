@@ -155,6 +155,7 @@ class ProducerPool:
         self._fence: _Child | None = None  # holds a fence message not yet delivered
         self._failure: SinkUnavailableError | None = None
         self._linger: asyncio.TimerHandle | None = None
+        self._closed = False
         log.info(
             "kafka_producer_processes_started",
             processes=processes,
@@ -318,6 +319,9 @@ class ProducerPool:
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
+        if self._closed:
+            return
+        self._closed = True
         deadline = time.monotonic() + timeout_s
         for child in self._children:
             with contextlib.suppress(OSError):  # the child is gone already

@@ -57,6 +57,16 @@ def test_environment_overrides_nested_keys_with_yaml_scalars(tmp_path: Path) -> 
         ("source:\n  tls: {mode: verify-ca}\n", "source.tls", "needs tls.ca"),
         ("log: {level: loud}\n", "log.level", "'debug'"),
         ("pipeline: 'has space'\n", "pipeline", "pattern"),
+        (
+            "sinks: {kafka: {bootstrap_servers: k, exactly_once: true, producer_processes: 2}}\n",
+            "sinks.kafka",
+            "needs at-least-once",
+        ),
+        (
+            "sinks: {kafka: {bootstrap_servers: k, producer_processes: 0}}\n",
+            "sinks.kafka.producer_processes",
+            "greater than or equal",
+        ),
     ],
 )
 def test_errors_name_key_and_value(tmp_path: Path, text: str, key: str, fragment: str) -> None:
