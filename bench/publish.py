@@ -624,11 +624,17 @@ def measure_floor(
 
 
 def big_transaction(
-    rows: int, server: decode.Server, workdir: Path, bootstrap: str, pids: dict[str, int]
+    rows: int,
+    server: decode.Server,
+    workdir: Path,
+    bootstrap: str,
+    pids: dict[str, int],
+    producers: list[int],
 ) -> dict[str, Any]:
     """ONE transaction of `rows` inserts in its own binlog file(s): `replicad dump` of them
-    and `replicad run` (at-least-once, relay off) from the position before it until every
-    message is consumed; wall, CPU and peak RSS of each."""
+    and `replicad run` (at-least-once, relay off; also with each N of `producers` producer
+    processes) from the position before it until every message is consumed; wall, CPU and
+    peak RSS of each."""
     print(f"one transaction of {rows:,} rows into {DATABASE}.{BIG_TABLE} ...", file=sys.stderr)
     binlog = make_big_binlog(server, rows, workdir / "big-binlog")
     env = {**common.python_env(), "REPLICAD_REQUIRE_SPEEDUPS": "1"}
@@ -639,7 +645,21 @@ def big_transaction(
         "big transaction, at-least-once", bootstrap, workdir, server, binlog, plan, pids,
         table=BIG_TABLE,
     )  # fmt: skip
-    return {"rows": rows, "binlog": binlog, "dump": dump, "publish": run}
+    split = [
+        publish(
+            f"big transaction, producer_processes {n}",
+            bootstrap,
+            workdir,
+            server,
+            binlog,
+            plan,
+            pids,
+            table=BIG_TABLE,
+            producers=n,
+        )  # fmt: skip
+        for n in producers
+    ]
+    return {"rows": rows, "binlog": binlog, "dump": dump, "publish": run, "processes": split}
 
 
 # --------------------------------------------------------------------------- reporting
@@ -896,7 +916,12 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
         else:
             lines.append(line(name, per_txn, d["rows"], d["seconds"], d["cpu_s"], d["peak_rss_kb"]))
     big_run = big["publish"]
-    for label, per_txn, p in (("normal", ROWS_PER_TRANSACTION, normal), ("big", rows, big_run)):
+    runs = [("normal", ROWS_PER_TRANSACTION, normal), ("big", rows, big_run)]
+    runs += [
+        (f"big, {p['producer_processes']} producer processes", rows, p)
+        for p in big.get("processes", [])
+    ]
+    for label, per_txn, p in runs:
         name = f"replicad run at-least-once, {label}"
         if p is None or p.get("error"):
             lines.append((name, "FAILED", *[""] * 6))
@@ -912,6 +937,16 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
                  p["streaming_cpu_s"], None)
         )  # fmt: skip
     print(common.grid(head, lines))
+    for p in big.get("processes", []):
+        if not p.get("error"):
+            kb = [k for k in p["children_peak_rss_kb"] if k]
+            print(
+                f"  big, {p['producer_processes']} producer processes: each producer "
+                f"process's peak RSS {', '.join(f'{k / 1024:.0f}' for k in kb)} MB (the row "
+                "above is the pipeline process's)"
+            )
+            if p["counts"] != p["expected"]:
+                problems.append(f"big, producer processes: consumed {p['counts']}")
     print(
         "peak RSS: VmHWM of the process (replicad run: at the last message consumed). "
         "seconds: wall time of the process (dump), spawn or first message consumed -> last "
@@ -1175,7 +1210,9 @@ def run(args: argparse.Namespace) -> int:
                 for name, on in ((FLOOR, True), (FLOOR_BARE, False))
             ]
         if args.big_transaction:
-            results["big"] = big_transaction(args.big_transaction, server, workdir, bootstrap, pids)
+            results["big"] = big_transaction(
+                args.big_transaction, server, workdir, bootstrap, pids, args.producer_processes
+            )
     finally:
         broker.stop()
         if not args.keep:

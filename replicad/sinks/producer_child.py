@@ -62,7 +62,7 @@ def serve(read_fd: int, write_fd: int) -> None:
         if producer is not None:
             producer.poll(0)
     if producer is not None:
-        producer.flush(5.0)
+        producer.flush(2.0)  # after the drain little is left; the parent waits 3 s at most
 
 
 def read_into(fd: int, buf: bytearray) -> bool:

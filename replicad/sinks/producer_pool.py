@@ -313,9 +313,10 @@ class ProducerPool:
             child.enqueue(("purge",))
         self._write_all()
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """End of input tells each child to flush and stop; one that outlives `timeout_s` is
-        killed (whatever it had not delivered is re-sent from the stored position)."""
+    def close(self, timeout_s: float = 3.0) -> None:
+        """End of input tells each child to flush and stop (after the sink's drain, little
+        is left); one that outlives `timeout_s` is killed. Whatever was not acknowledged is
+        sent again from the stored position at the next start."""
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -324,10 +325,12 @@ class ProducerPool:
         self._closed = True
         deadline = time.monotonic() + timeout_s
         for child in self._children:
+            # What the pipe takes now, never waiting: a child that cannot read (Kafka away,
+            # its queue full) must not hold the stop. What is left was never acknowledged;
+            # the child ignores a frame cut short by the end of its input.
             with contextlib.suppress(OSError):  # the child is gone already
-                os.set_blocking(child.wfd, True)
                 child.write()
-            with contextlib.suppress(OSError):  # the child is gone already
+            with contextlib.suppress(OSError):
                 os.close(child.wfd)
             child.closed = True
         for child in self._children:

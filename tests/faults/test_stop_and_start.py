@@ -16,6 +16,7 @@ back-pressure (the relay full while Kafka is away).
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -315,17 +316,25 @@ def assert_position_not_moved(daemon: Daemon) -> None:
     )
 
 
-def test_sigterm_while_draining_to_a_stopped_broker(tmp_path: Path, tdb, kafka: str) -> None:
+@pytest.mark.parametrize("processes", [1, 2], ids=["one_producer", "two_producer_processes"])
+def test_sigterm_while_draining_to_a_stopped_broker(
+    tmp_path: Path, tdb, kafka: str, processes: int
+) -> None:
     """Kafka went away after delivery began: changes are published and unacknowledged when
     SIGTERM comes. The drain waits for its share of the timeout, then the acknowledged
     position is stored: everything delivered before the broker stopped is in the topics, and
-    nothing after the stored position counts as delivered."""
+    nothing after the stored position counts as delivered. With two producer processes
+    (sinks.kafka.producer_processes) they hold the unacknowledged messages: stopping them
+    must fit the same budget, and neither may outlive the daemon."""
     conn, db = tdb
     prefix = f"stopd{uuid.uuid4().hex[:6]}"
     daemon = Daemon(
         tmp_path,
-        server_id=7610,
-        sinks_yaml=f"  kafka:\n    bootstrap_servers: '{kafka}'\n    prefix: {prefix}\n",
+        server_id=7610 + 10 * (processes - 1),
+        sinks_yaml=(
+            f"  kafka:\n    bootstrap_servers: '{kafka}'\n    prefix: {prefix}\n"
+            f"    producer_processes: {processes}\n"
+        ),
     )
     daemon.start()
     try:
@@ -334,7 +343,10 @@ def test_sigterm_while_draining_to_a_stopped_broker(tmp_path: Path, tdb, kafka: 
             wait_for(lambda: daemon.position() is not None, 30, "an acknowledged position")
             stop_broker(quiesce=[daemon.pid])  # see stop_broker: tansu's own in-flight loss
             time.sleep(1.0)  # published, not acknowledged
-            assert daemon.sigterm("draining, Kafka stopped") == 0
+            children = producer_pids(daemon)
+            assert len(children) == (processes if processes > 1 else 0), children
+            assert daemon.sigterm(f"draining, Kafka stopped, {processes} producer(s)") == 0
+            assert not [pid for pid in children if alive(pid)], "a producer process outlived it"
         stored = daemon.position()
     finally:
         start_broker()
@@ -353,6 +365,19 @@ def test_sigterm_while_draining_to_a_stopped_broker(tmp_path: Path, tdb, kafka: 
     key = (stored["file"], stored["pos"])
     before = [r for r in records if coordinate(r) < key]
     assert kafka_ids(before), "nothing was delivered before the stop"
+
+
+def producer_pids(daemon: Daemon) -> list[int]:
+    found = [e for e in daemon.log_events() if e["event"] == "kafka_producer_processes_started"]
+    return list(found[-1]["pids"]) if found else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def kafka_ids(records: list[Record]) -> set[int]:
