@@ -1071,7 +1071,6 @@ def summary(
             f"workload {normal_dump_mb} MB), replicad run at-least-once {run_mb} MB (normal "
             f"{normal_run_mb} MB); messages {p.get('messages', 0):,} of {big['rows']:,}"
         )
-    lines.append("publishing workers N=1 / N=2: not implemented (the feature does not exist)")
     return lines
 
 
