@@ -656,7 +656,7 @@ def big_transaction(
             pids,
             table=BIG_TABLE,
             producers=n,
-        )  # fmt: skip
+        )
         for n in producers
     ]
     return {"rows": rows, "binlog": binlog, "dump": dump, "publish": run, "processes": split}
