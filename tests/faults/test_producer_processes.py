@@ -28,8 +28,11 @@ from tests.helpers.kafka_helpers import Record
 from tests.helpers.kafka_run import (
     BackgroundWriter,
     KafkaReplicad,
+    after_image,
+    alive,
     coordinates,
     normalise_expected,
+    producer_pids,
     read_topics,
     tables_state,
     wait_caught_up,
@@ -41,10 +44,19 @@ EXIT_TEMPFAIL = 75
 KAFKA_YAML = "producer_processes: 2\ntopics: {partitions: 3}"
 
 
-def two_process_replicad(tmp_path: Path, kafka: str, prefix: str, server_id: int) -> KafkaReplicad:
-    return KafkaReplicad(
+def started(
+    db: str, kafka: str, tmp_path: Path, server_id: int
+) -> tuple[KafkaReplicad, BackgroundWriter, str]:
+    """replicad with two producer processes, running, and a writer under way; the prefix."""
+    prefix = f"pp{uuid.uuid4().hex[:8]}"
+    replicad = KafkaReplicad(
         tmp_path, server_id=server_id, prefix=prefix, kafka=kafka, kafka_yaml=KAFKA_YAML
     )
+    replicad.start()
+    # seed: Workload's ids start at seed * 1e6, within an INT
+    writer = BackgroundWriter(db, seed=server_id % 100, pause_s=0.002)
+    writer.start()
+    return replicad, writer, prefix
 
 
 def fold_partitions(records: list[Record], prefix: str, db: str) -> dict[str, dict[str, Any]]:
@@ -66,10 +78,7 @@ def fold_partitions(records: list[Record], prefix: str, db: str) -> dict[str, di
         if envelope is None or envelope["op"] == "d":
             state.pop(key, None)
             continue
-        after = dict(envelope["after"])
-        if isinstance(after.get("flags"), str):
-            after["flags"] = ",".join(sorted(filter(None, after["flags"].split(","))))
-        state[key] = (record.partition, after)
+        state[key] = (record.partition, after_image(envelope))
     return {t: {k: row for k, (_, row) in rows.items()} for t, rows in tables.items()}
 
 
@@ -88,28 +97,9 @@ def out_of_order_keys(records: list[Record]) -> list[str]:
     return wrong
 
 
-def started_processes(replicad: KafkaReplicad) -> list[int]:
-    found = [
-        e for e in replicad.log_events() if e.get("event") == "kafka_producer_processes_started"
-    ]
-    return list(found[-1]["pids"]) if found else []
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_two_producer_processes_fold_to_the_tables_in_key_order(shop, kafka, tmp_path) -> None:
     conn, db = shop
-    prefix = f"pp{uuid.uuid4().hex[:8]}"
-    replicad = two_process_replicad(tmp_path, kafka, prefix, 7701)
-    replicad.start()
-    writer = BackgroundWriter(db, seed=71, pause_s=0.002)
-    writer.start()
+    replicad, writer, prefix = started(db, kafka, tmp_path, 7701)
     try:
         time.sleep(4.0)
         with conn.cursor() as cur:
@@ -119,7 +109,7 @@ def test_two_producer_processes_fold_to_the_tables_in_key_order(shop, kafka, tmp
         statements = writer.stop()
     assert statements > 200
     wait_caught_up(replicad)
-    pids = started_processes(replicad)
+    pids = producer_pids(replicad)
     assert len(pids) == 2, pids
     assert replicad.stop() == 0
     assert not [p for p in pids if alive(p)], "a producer process outlived the pipeline"
@@ -136,15 +126,11 @@ def test_two_producer_processes_fold_to_the_tables_in_key_order(shop, kafka, tmp
 
 def test_sigkill_of_one_producer_process_loses_nothing(shop, kafka, tmp_path) -> None:
     conn, db = shop
-    prefix = f"pk{uuid.uuid4().hex[:8]}"
-    replicad = two_process_replicad(tmp_path, kafka, prefix, 7702)
-    replicad.start()
-    writer = BackgroundWriter(db, seed=72, pause_s=0.002)
-    writer.start()
+    replicad, writer, prefix = started(db, kafka, tmp_path, 7702)
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
         time.sleep(2.0)
-        pids = started_processes(replicad)
+        pids = producer_pids(replicad)
         assert len(pids) == 2, pids
         os.kill(pids[1], signal.SIGKILL)
         assert replicad.proc is not None

@@ -16,7 +16,6 @@ back-pressure (the relay full while Kafka is away).
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import threading
@@ -32,6 +31,7 @@ import pytest
 
 from tests.helpers.daemon_process import DaemonProcess, wait_for
 from tests.helpers.kafka_helpers import Record, consume_all, start_broker, stop_broker
+from tests.helpers.kafka_run import alive, producer_pids
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
 from tests.helpers.tcp_proxy import FaultProxy
 
@@ -365,19 +365,6 @@ def test_sigterm_while_draining_to_a_stopped_broker(
     key = (stored["file"], stored["pos"])
     before = [r for r in records if coordinate(r) < key]
     assert kafka_ids(before), "nothing was delivered before the stop"
-
-
-def producer_pids(daemon: Daemon) -> list[int]:
-    found = [e for e in daemon.log_events() if e["event"] == "kafka_producer_processes_started"]
-    return list(found[-1]["pids"]) if found else []
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def kafka_ids(records: list[Record]) -> set[int]:

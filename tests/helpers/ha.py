@@ -13,6 +13,7 @@ from tests.helpers.daemon_process import wait_for
 from tests.helpers.kafka_helpers import Record
 from tests.helpers.kafka_run import (
     KafkaReplicad,
+    after_image,
 )
 
 SESSION_TIMEOUT_S = 3.0
@@ -73,8 +74,5 @@ def fold_in_binlog_order(records: list[Record], prefix: str, db: str) -> dict[st
         if envelope is None or envelope["op"] == "d":
             state.pop(key, None)
             continue
-        after = dict(envelope["after"])
-        if isinstance(after.get("flags"), str):
-            after["flags"] = ",".join(sorted(filter(None, after["flags"].split(","))))
-        state[key] = after
+        state[key] = after_image(envelope)
     return out

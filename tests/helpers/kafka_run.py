@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import os
 import random
 import threading
 import time
@@ -269,11 +270,30 @@ def fold(records: list[Record], prefix: str, db: str) -> dict[str, dict[str, Any
         if envelope["op"] == "d":
             state.pop(key, None)
         else:
-            after = dict(envelope["after"])
-            if isinstance(after.get("flags"), str):
-                after["flags"] = ",".join(sorted(filter(None, after["flags"].split(","))))
-            state[key] = after
+            state[key] = after_image(envelope)
     return out
+
+
+def after_image(envelope: dict[str, Any]) -> dict[str, Any]:
+    """A change's row after it, SET values normalised (order) as the oracle does."""
+    after = dict(envelope["after"])
+    if isinstance(after.get("flags"), str):
+        after["flags"] = ",".join(sorted(filter(None, after["flags"].split(","))))
+    return after
+
+
+def producer_pids(replicad: DaemonProcess) -> list[int]:
+    """The pids of the producer processes the last pipeline started (none with one)."""
+    found = [e for e in replicad.log_events() if e["event"] == "kafka_producer_processes_started"]
+    return list(found[-1]["pids"]) if found else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def normalise_expected(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
