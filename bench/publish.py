@@ -835,6 +835,7 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
             w, ms = lat["writer"], lat["commit_to_consume_ms"] or {}
             latency_lines.append(
                 (
+                    str(p.get("producer_processes", 1)),
                     f"{lat['offered_rows_per_s']:,}",
                     f"{w['batch']:,}",
                     _f(lat["achieved_rows_per_s"], ",.0f"),
@@ -860,6 +861,7 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         print(
             common.grid(
                 (
+                    "producer processes",
                     "offered rows/s",
                     "rows/txn",
                     "achieved rows/s",
@@ -869,7 +871,7 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
                     "max ms",
                     "consumed",
                     "writer max late ms",
-                    "replicad CPU s",
+                    "pipeline process CPU s",
                 ),
                 latency_lines,
             )
@@ -1197,7 +1199,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.skip_relay:
             runs.append(("at-least-once, relay on", {"relay": True}))
         for n in args.producer_processes:
-            runs.append((f"{PROCESSES_LABEL} {n}", {"producers": n}))
+            runs.append(
+                (f"{PROCESSES_LABEL} {n}", {"producers": n, "latency_seconds": latency_seconds})
+            )
         for label, options in runs:
             results["publish"].append(
                 publish(label, bootstrap, workdir, server, binlog, plan, pids, **options)

@@ -4,7 +4,7 @@ batch once Kafka acknowledged all of it. Kept apart from the parent side so that
 process imports only what it needs (it starts once per pipeline start, per process).
 
 Frames, both ways: a 4-byte little-endian length, then a pickle (`frame`, `whole_frames`).
-Parent to child: `("settings", librdkafka settings)` first, then `("batch", id, entries)`
+Parent to child: `("settings", librdkafka settings)` first, then `("batch", id, messages, entries)`
 (see `_produce_batch`), `("purge",)`; end of input means flush and stop. Child to parent:
 `("acked", id)`, `("failed", id, code, text, fatal, retriable, topic, key)` (the first failed
 message of a batch, before its "acked"), `("error", code, text, fatal, retriable)`
@@ -54,7 +54,7 @@ def serve(read_fd: int, write_fd: int) -> None:
             for message in whole_frames(buf):
                 if message[0] == "batch":
                     assert producer is not None, "a batch before the settings"
-                    _produce_batch(producer, message[1], message[2], writer)
+                    _produce_batch(producer, message[1], message[2], message[3], writer)
                 elif message[0] == "purge" and producer is not None:
                     producer.purge(in_queue=True, in_flight=False, blocking=False)
                 elif message[0] == "settings":
@@ -114,22 +114,31 @@ class _Batch:
 
 
 def _produce_batch(
-    producer: Producer, batch_id: int, entries: list[tuple[Any, ...]], writer: _ReportWriter
+    producer: Producer,
+    batch_id: int,
+    count: int,
+    entries: list[tuple[Any, ...]],
+    writer: _ReportWriter,
 ) -> None:
-    """Entries: ("m", topic, key, value, headers, partition), one message; ("e", topic,
-    header parts or None, [(row, key, value, tombstone), ...]), a ROWS event's messages
-    for this process, headers `[*first, ("replicad.row", row), *last]`."""
-    count = sum(1 if e[0] == "m" else len(e[3]) + sum(1 for r in e[3] if r[3]) for e in entries)
+    """`count` messages in `entries`: ("m", topic, key, value, headers, partition), one
+    message; ("e", topic, header parts or None, [(row, key, value, tombstone), ...]), a ROWS
+    event's messages for this process, headers `[*first, ("replicad.row", row), *last]`."""
     batch = _Batch(batch_id, count, writer)
+    report = batch.delivered
+    produce = producer.produce
     for entry in entries:
         if entry[0] == "m":
             _, topic, key, value, headers, partition = entry
             _produce_one(producer, batch, topic, key, value, headers, partition)
             continue
         _, topic, parts, rows = entry
+        first, last = parts if parts is not None else ((), ())
         for row, key, value, tombstone in rows:
-            headers = None if parts is None else [*parts[0], (ROW_HEADER, b"%d" % row), *parts[1]]
-            _produce_one(producer, batch, topic, key, value, headers, -1)
+            headers = None if parts is None else [*first, (ROW_HEADER, b"%d" % row), *last]
+            try:  # the common case inline; a full queue or an error through _produce_one
+                produce(topic, value, key, on_delivery=report, headers=headers)
+            except (BufferError, KafkaException):
+                _produce_one(producer, batch, topic, key, value, headers, -1)
             if tombstone:
                 _produce_one(producer, batch, topic, key, None, headers, -1)
 

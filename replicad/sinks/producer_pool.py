@@ -119,6 +119,17 @@ class _Child:
         ended = read_into(self.rfd, self.inbuf)
         return whole_frames(self.inbuf), ended
 
+    # Closed through Popen's file objects, which own the descriptors: an os.close of the
+    # number would leave them to close it again when collected, by then perhaps another
+    # socket's (a test's MySQL connection died of exactly that).
+    def close_input(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def close_output(self) -> None:
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
     def exit_text(self) -> str:
         try:
             code = self.proc.wait(1.0)
@@ -331,7 +342,7 @@ class ProducerPool:
             with contextlib.suppress(OSError):  # the child is gone already
                 child.write()
             with contextlib.suppress(OSError):
-                os.close(child.wfd)
+                child.close_input()
             child.closed = True
         for child in self._children:
             try:
@@ -343,7 +354,7 @@ class ProducerPool:
                 child.proc.kill()
                 child.proc.wait()
             with contextlib.suppress(OSError):  # the child is gone already
-                os.close(child.rfd)
+                child.close_output()
         log.info(
             "kafka_producer_processes_stopped",
             messages=[c.messages for c in self._children],
@@ -388,7 +399,7 @@ class ProducerPool:
         self._ids += 1
         child.sent[self._ids] = (child.units, child.batch_messages, child.batch_bytes)
         child.messages += child.batch_messages
-        child.enqueue(("batch", self._ids, child.batch))
+        child.enqueue(("batch", self._ids, child.batch_messages, child.batch))
         child.batch, child.units = [], []
         child.batch_messages = child.batch_bytes = 0
         self._write(child)
