@@ -101,10 +101,10 @@ def test_two_producer_processes_fold_to_the_tables_in_key_order(shop, kafka, tmp
     conn, db = shop
     replicad, writer, prefix = started(db, kafka, tmp_path, 7701)
     try:
-        time.sleep(4.0)
+        time.sleep(3.0)
         with conn.cursor() as cur:
             cur.execute("TRUNCATE TABLE accounts")
-        time.sleep(4.0)
+        time.sleep(3.0)
     finally:
         statements = writer.stop()
     assert statements > 200
@@ -129,7 +129,7 @@ def test_sigkill_of_one_producer_process_loses_nothing(shop, kafka, tmp_path) ->
     replicad, writer, prefix = started(db, kafka, tmp_path, 7702)
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
-        time.sleep(2.0)
+        time.sleep(1.0)
         pids = producer_pids(replicad)
         assert len(pids) == 2, pids
         os.kill(pids[1], signal.SIGKILL)
@@ -140,7 +140,7 @@ def test_sigkill_of_one_producer_process_loses_nothing(shop, kafka, tmp_path) ->
         assert lost and lost[0]["process"] == 1 and lost[0]["pid"] == pids[1], lost
         assert not alive(pids[0]), "the other producer process outlived the pipeline"
         replicad.start()  # from the stored position
-        time.sleep(2.0)
+        time.sleep(1.0)
     finally:
         statements = writer.stop()
     assert statements > 200
