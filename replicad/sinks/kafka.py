@@ -54,6 +54,7 @@ from replicad.sinks.envelope import (
 from replicad.sinks.event_envelope import EventEncoder
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.kafka_clients import kafka_client
+from replicad.sinks.producer_child import ROW_HEADER
 from replicad.sinks.producer_pool import ProducerPool
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.sinks.value_modes import ValueMode
@@ -296,7 +297,7 @@ class KafkaSink:
         direct = not self._pending and topic in self.topics.ready
         sent = 0
         for op, row, key_bytes, value in messages:
-            headers = None if last is None else [*first, ("replicad.row", b"%d" % row), *last]
+            headers = None if last is None else [*first, (ROW_HEADER, b"%d" % row), *last]
             tombstone = op == "d" and tombstones and key_bytes is not None
             if direct and len(value) <= limit:
                 sent += 1
@@ -454,6 +455,7 @@ class KafkaSink:
                     topic=topic,
                 ) from None
             raise _fenced_or(err, "Kafka refused a message", topic=topic) from None
+        # Inline, not shared with publish_event's pool branch: this runs once per message.
         self._since_poll += 1
         if self._since_poll >= POLL_EVERY:
             self._since_poll = 0
@@ -462,7 +464,7 @@ class KafkaSink:
 
     def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
         first, last = self._header_parts_of(change)
-        return [*first, ("replicad.row", b"%d" % change.row), *last]
+        return [*first, (ROW_HEADER, b"%d" % change.row), *last]
 
     def _header_parts_of(
         self, change: RowChange
@@ -489,7 +491,7 @@ class KafkaSink:
         headers = [
             ("replicad.file", (change.file or "").encode()),
             ("replicad.pos", str(change.pos).encode()),
-            ("replicad.row", b"0"),
+            (ROW_HEADER, b"0"),
         ]
         if change.gtid is not None:
             headers.append(("replicad.gtid", change.gtid.encode()))

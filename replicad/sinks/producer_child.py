@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from replicad.sinks.kafka_clients import kafka_client
 
 LENGTH = struct.Struct("<I")
-ROW_HEADER = "replicad.row"
+ROW_HEADER = "replicad.row"  # the header the Kafka sink writes too (sinks/kafka.py)
 
 
 def frame(message: tuple[Any, ...]) -> bytes:
