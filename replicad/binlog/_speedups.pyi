@@ -41,3 +41,5 @@ def encode_rows(
     split: bool,
     lines: bool,
 ) -> tuple[Any, int]: ...
+def double_repr(d: float) -> bytes:
+    """repr(d) as bytes from the compiled shortest-digit search; ValueError if not finite."""
