@@ -97,6 +97,22 @@ def python_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
+def compile_bytecode() -> dict[str, Any]:
+    """Write replicad's bytecode (__pycache__) as an installation does (pip compiles it at
+    install time): with PYTHONDONTWRITEBYTECODE=1 in the environment an editable checkout
+    would compile ~50 modules from source at every start of `replicad dump` or `run`
+    (about 70 ms), which no installed replicad pays."""
+    import compileall
+
+    started = time.perf_counter()
+    ok = compileall.compile_dir(str(ROOT / "replicad"), quiet=1)
+    return {
+        "ok": bool(ok),
+        "seconds": round(time.perf_counter() - started, 2),
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
+    }
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout: float, sig: int = signal.SIGTERM) -> None:
     """Signal a running process and wait for it; SIGKILL it if it outlives `timeout`."""
     if proc.poll() is None:

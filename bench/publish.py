@@ -723,7 +723,9 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         f"{b['start']['pos']} -> {b['end']['file']}:{b['end']['pos']}; {c['c']:,} inserts, "
         f"{c['u']:,} updates, {c['d']:,} deletes in {ROWS_PER_TRANSACTION}-row transactions "
         f"({b['seconds']:.1f} s); {os.cpu_count()} CPUs, load average at start "
-        f"{results['loadavg_start']}; compiled decoder available: {results['compiled']}"
+        f"{results['loadavg_start']}; compiled decoder available: {results['compiled']}; "
+        f"bytecode written before the runs: {results['bytecode']['ok']} "
+        f"(PYTHONDONTWRITEBYTECODE={results['bytecode']['PYTHONDONTWRITEBYTECODE']!r})"
     )
     code = results["code"]
     print(
@@ -1167,6 +1169,7 @@ def run(args: argparse.Namespace) -> int:
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "loadavg_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         "compiled": decoder_choice.available(),
+        "bytecode": common.compile_bytecode(),
         "code": code_state(),
         "workdir": str(workdir),
         "publish": [],

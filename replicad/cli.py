@@ -3,7 +3,7 @@ elsewhere (service.dump_view, service.status_view, relay.inspect).
 
 Each command imports what only it needs (config, the worker, ZooKeeper ...) when it runs:
 `replicad dump` is a tool run on a file, and those imports were half its time on a 40 MB
-binlog."""
+binlog. structlog too is imported where it is used (replicad.lazy_logging says why)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
-
-import structlog
 
 import replicad
 from replicad.errors import (
@@ -31,7 +29,7 @@ from replicad.exit_codes import (
 )
 from replicad.relay.decode import input_kind
 from replicad.service.dump_view import DumpHistory, dump_input
-from replicad.service.logging import configure_logging
+from replicad.service.logging import configure_logging, configure_logging_on_first_use
 
 if TYPE_CHECKING:
     from replicad.config import Config
@@ -319,6 +317,8 @@ def _load(args: argparse.Namespace) -> tuple[Config, str]:
 
 def _configure_logging(config: Config, level: str, *others: Config) -> None:
     """Logging as the config says, then the warnings only a configured log can carry."""
+    import structlog
+
     from replicad.config import unknown_env_names
 
     configure_logging(config.log.format, level)
@@ -360,6 +360,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # 78 tells systemd not to restart (see deploy/ and docs/operations.md); 75 to restart.
         code = exit_code(exc)
         event = "fatal" if code == EXIT_CONFIG else "failed"
+        import structlog
+
         structlog.get_logger("replicad").error(event, error=str(exc), kind=type(exc).__name__)
         return code
     return EXIT_OK
@@ -390,8 +392,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_dump(args: argparse.Namespace) -> int:
     # Standard output carries the changes only: warnings (a torn tail, a DDL the schema
-    # history could not follow) go to standard error, progress is not logged.
-    configure_logging("console", "warning")
+    # history could not follow) go to standard error, progress is not logged. structlog is
+    # imported only if something warns (replicad.lazy_logging).
+    configure_logging_on_first_use("console", "warning")
     out: BinaryIO = sys.stdout.buffer
     history = DumpHistory()  # one schema history across the inputs, in order
     last = len(args.files) - 1
@@ -546,6 +549,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
 def cmd_position(args: argparse.Namespace) -> int:
     import asyncio
+
+    import structlog
 
     from replicad.config import load_config
     from replicad.coordination.local import LocalPositionStore

@@ -8,7 +8,6 @@ instead of a new campaign)."""
 
 from __future__ import annotations
 
-import ssl
 from typing import ClassVar
 
 from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
@@ -190,6 +189,8 @@ def certificate_refused(exc: BaseException) -> bool:
     """Whether a connection failed on the peer certificate's verification. Client libraries
     (redis-py, aiomqtt) raise their own error inside the handler of the ssl one, so it is
     found along the cause/context chain; the message is the fallback."""
+    import ssl  # here: errors is imported by every command, ssl costs ~10 ms to import
+
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ssl.SSLCertVerificationError):

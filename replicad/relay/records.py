@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
-from crc32c import crc32c
-
 from replicad.errors import RelayCorruptError, RelayTornError
 
 BLOCK_SIZE = 64 * 1024
@@ -46,8 +44,17 @@ def unmask_crc(masked: int) -> int:
     return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
 
 
+def fragment_crc(kind: int, body: memoryview | bytes) -> int:
+    """The CRC32C of a fragment's type byte and body, unmasked."""
+    # Imported here: the crc32c package reads its own version through importlib.metadata
+    # when imported (about 20 ms), and `replicad dump` of a binlog never touches a relay.
+    from crc32c import crc32c
+
+    return crc32c(body, crc32c(bytes((kind,))))
+
+
 def _fragment(kind: FragmentType, payload: memoryview | bytes) -> bytes:
-    crc = mask_crc(crc32c(payload, crc32c(bytes((kind,)))))
+    crc = mask_crc(fragment_crc(kind, payload))
     return crc.to_bytes(4, "little") + len(payload).to_bytes(3, "little") + bytes((kind,)) + payload
 
 
@@ -163,7 +170,7 @@ class RecordReader:
                     return
                 body = bytes(buf[pos + HEADER_SIZE : pos + HEADER_SIZE + length])
                 stored = int.from_bytes(buf[pos : pos + 4], "little")
-                if unmask_crc(stored) != crc32c(body, crc32c(bytes((kind,)))):
+                if unmask_crc(stored) != fragment_crc(kind, body):
                     raise self._corrupt("fragment CRC32C mismatch", at)
                 pos += HEADER_SIZE + length
                 record = self._assemble(FragmentType(kind), body, at)

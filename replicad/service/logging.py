@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-import structlog
+from replicad import lazy_logging
+
+if TYPE_CHECKING:
+    import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}  # fmt: skip
 
 
+def configure_logging_on_first_use(fmt: str = "console", level: str = "info") -> None:
+    """`configure_logging(fmt, level)` when a `lazy_logging` logger first logs at `level` or
+    above: for `replicad dump`, which usually logs nothing and should not wait for structlog's
+    import. Nothing else may log through structlog before that (it would be unconfigured)."""
+    lazy_logging.configure_on_first_use(lambda: configure_logging(fmt, level), _LEVELS[level])
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
+    import structlog
+
     renderer: structlog.types.Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
@@ -45,6 +58,8 @@ class _StructlogHandler(logging.Handler):
     `logger` names the library."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        import structlog
+
         try:
             message = record.getMessage()
             extra = {"logger": record.name}

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
+from replicad import lazy_logging
 from replicad.atomic_file import write_atomically as replace_file
 from replicad.binlog.changes import TableChange
 from replicad.binlog.events import QueryEvent
@@ -63,7 +63,7 @@ from replicad.source.schema_model import (
     type_mismatch,
 )
 
-log = structlog.get_logger("replicad.schema")
+log = lazy_logging.get_logger("replicad.schema")  # `replicad dump` imports this module
 
 _NAMED_MAPS_MAX = 1024  # named TABLE_MAP copies kept (one per table layout and version)
 
