@@ -43,3 +43,8 @@ def encode_rows(
 ) -> tuple[Any, int]: ...
 def double_repr(d: float) -> bytes:
     """repr(d) as bytes from the compiled shortest-digit search; ValueError if not finite."""
+
+def decode_rows(
+    first: ImageDecoder, second: ImageDecoder | None, body: bytes, pos: int, insert: bool
+) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]] | None:
+    """A ROWS event's (before, after) pairs in one call; None if an image does not fit."""

@@ -24,7 +24,7 @@ from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsig
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.unicode cimport PyUnicode_Decode, PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_Decode, PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.math cimport isfinite, isinf
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -115,7 +115,12 @@ cdef extern from *:
         else {
             return -1;
         }
-        if (scale) len += sprintf(out + len, "E-%d", scale);
+        if (scale) {  /* "E-<scale>", scale < 100 (MySQL allows 30) */
+            out[len++] = 'E';
+            out[len++] = '-';
+            if (scale >= 10) out[len++] = (char)('0' + scale / 10 % 10);
+            out[len++] = (char)('0' + scale % 10);
+        }
         return len;
     }
 
@@ -527,7 +532,7 @@ cdef object _decimal(ColOp *op, const unsigned char *q, int size):
         q, size, op.ngroups, op.gbytes, op.gdigits, op.arg3, op.arg2, text
     )
     if n >= 0:
-        return _DECIMAL(text[:n].decode("ascii"))
+        return _DECIMAL(PyUnicode_DecodeASCII(text, n, NULL))
     # Wide DECIMAL: the same arithmetic as the generated code, on Python ints.
     cdef bint positive = (q[0] & 0x80) != 0
     cdef unsigned char b[40]
@@ -1182,6 +1187,12 @@ cdef class ImageDecoder:
         return value
 
     cdef tuple _decode(self, bytes body, Py_ssize_t pos):
+        cdef dict row = self._row_at(body, &pos)
+        return row, pos
+
+    cdef dict _row_at(self, bytes body, Py_ssize_t *ppos):
+        """The image at ppos[0] as a dict; ppos[0] moves past it."""
+        cdef Py_ssize_t pos = ppos[0]
         cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
         cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
         cdef const unsigned char *nulls
@@ -1200,7 +1211,8 @@ cdef class ImageDecoder:
             PyDict_SetItem(
                 row, <object>PyTuple_GET_ITEM(names, i), self._value(i, body, p, size, &pos)
             )
-        return row, pos
+        ppos[0] = pos
+        return row
 
     # ------------------------------------------------------------------ JSON encoding
 
@@ -1410,6 +1422,34 @@ cdef int _message(Buf *out, Buf *before, Py_ssize_t b0, Buf *after, Py_ssize_t a
     _put_bytes(out, head)
     _put_u64(out, <uint64_t>row)
     return _put_bytes(out, tail)
+
+
+def decode_rows(ImageDecoder first not None, ImageDecoder second, object body, Py_ssize_t pos,
+                bint insert):
+    """Every row image of a ROWS event from `pos` to the end of `body`, as the list of
+    (before, after) pairs `RowsEvent.rows()` yields: one call per event instead of a Python
+    loop step per row. `second`: the after images' decoder of an update (None otherwise);
+    `insert`: single images are after images. None when an image does not fit or the images
+    do not end exactly at the end: the caller's row-by-row loop then hands out the rows
+    before the faulty one and raises the error that names it."""
+    cdef Py_ssize_t end
+    cdef list out = []
+    cdef dict row
+    if not PyBytes_CheckExact(body) or pos < 0:
+        return None  # the pure decoder defines what other buffers do
+    end = PyBytes_GET_SIZE(body)
+    try:
+        while pos < end:
+            row = first._row_at(<bytes>body, &pos)
+            if second is not None:
+                out.append((row, second._row_at(<bytes>body, &pos)))
+            elif insert:
+                out.append((None, row))
+            else:
+                out.append((row, None))
+    except Exception:
+        return None
+    return out if pos == end else None
 
 
 def encode_rows(ImageDecoder first, ImageDecoder second, bytes body, Py_ssize_t pos,

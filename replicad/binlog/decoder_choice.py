@@ -75,6 +75,27 @@ def is_compiled(decode: Callable[..., Any]) -> bool:
     return _speedups is not None and isinstance(owner, _speedups.ImageDecoder)
 
 
+def decode_event_rows(
+    first: Callable[..., Any],
+    second: Callable[..., Any] | None,
+    body: Any,
+    pos: int,
+    insert: bool,
+) -> list[tuple[Any, Any]] | None:
+    """All (before, after) pairs of a ROWS event's images in one compiled call, when both
+    decoders are compiled; None otherwise or when an image does not fit (the caller then
+    decodes row by row, which raises the error that names it)."""
+    if not (is_compiled(first) and (second is None or is_compiled(second))):
+        return None
+    return _speedups.decode_rows(
+        first.__self__,  # type: ignore[attr-defined]
+        None if second is None else second.__self__,  # type: ignore[attr-defined]
+        body,
+        pos,
+        insert,
+    )
+
+
 def build_compiled_decoder(
     columns: Sequence[CompiledColumn], *, mariadb: bool
 ) -> ImageDecoder | None:

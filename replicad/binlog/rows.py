@@ -505,7 +505,9 @@ class RowsEvent(Event):
     def rows(self, table: TableMapEvent | None = None) -> Iterator[tuple[Row | None, Row | None]]:
         """(before, after) per row; before is None for inserts, after None for deletes.
         `table` is the map to decode with when not the one the event came after (a copy with
-        the columns named from the schema history)."""
+        the columns named from the schema history). With the compiled decoder the whole
+        event is decoded by this call; otherwise, or when an image does not fit, row by row
+        as the rows are taken (the rows before a faulty image come out, then its error)."""
         table = table or self.table_map
         if table is None:
             raise MalformedEventError(
@@ -518,10 +520,26 @@ class RowsEvent(Event):
                 f"{table.schema}.{table.table} has {len(table.columns)}",
                 offset=self.header.pos,
             )
-        body, pos, end = self.body, self.rows_offset, len(self.body)
         op = self.op
         first = table.image_decoder(self.present_before)
         second = table.image_decoder(self.present_after) if op == "u" else None
+        if not self.partial:
+            rows = decoder_choice.decode_event_rows(
+                first.decode,
+                None if second is None else second.decode,
+                self.body,
+                self.rows_offset,
+                op == "c",
+            )
+            if rows is not None:
+                return iter(rows)
+        return self._rows_one_by_one(table, first, second)
+
+    def _rows_one_by_one(
+        self, table: TableMapEvent, first: RowImageDecoder, second: RowImageDecoder | None
+    ) -> Iterator[tuple[Row | None, Row | None]]:
+        body, pos, end = self.body, self.rows_offset, len(self.body)
+        op = self.op
         try:
             decode_first = first.decode
             if second is None:
