@@ -1027,6 +1027,17 @@ def summary(
             False,
         )
         lines.append(line + (f"; streaming only {stream:.2f}" if stream is not None else ""))
+        threads = (p or {}).get("threads_cpu_s") or {}
+        if threads.get("librdkafka threads") is not None:
+            own = threads["librdkafka threads"] / p["rows"]
+            share = ratio(own, dump_per_row)
+            lines.append(
+                f"  of which librdkafka's own threads (batching, protocol, sockets): "
+                f"{own * 1e6:.2f} µs/row = {_f(share)}× dump's CPU per row. The run also "
+                "decodes and encodes every row as dump does, so with librdkafka this ratio "
+                f"stays above 1 + {_f(share)} = {_f(None if share is None else 1 + share)} "
+                "whatever the Python side costs"
+            )
     on, off = runs.get("at-least-once, relay on"), runs.get("at-least-once")
     if on and off:
 
