@@ -182,15 +182,17 @@ class RelayWriter:
         manifest = load_manifest(self.directory)
         if manifest is None:
             strays = sorted(p.name for p in self.directory.glob("relay-*.log"))
-            if strays:
+            if strays and not self._first_segment_before_its_manifest(strays):
                 raise RelayCorruptError(
                     "relay segments without a MANIFEST: restore it, or empty the directory to "
                     "re-fetch from the primary",
                     directory=str(self.directory),
                     segments=",".join(strays[:5]),
                 )
-            self.manifest = Manifest()
-            return Recovery(None, None)
+            if not strays:
+                self.manifest = Manifest()
+                return Recovery(None, None)
+            manifest = Manifest()  # the first segment is adopted (or removed) below
         self.manifest = manifest
         for info in manifest.segments[:-1]:
             size = file_size(self.directory / info.name)
@@ -214,6 +216,20 @@ class RelayWriter:
                 adopted,
             )
         return recovery
+
+    def _first_segment_before_its_manifest(self, strays: list[str]) -> bool:
+        """Whether the only segment is the first one and holds at most its header: a crash
+        between creating it and saving the first MANIFEST (`_rotate` saves it before any
+        record follows the header), so nothing in it was ever acknowledged. A MANIFEST lost
+        any other way still stops the writer."""
+        if strays != [segment_name(1)]:
+            return False
+        scan = SegmentScan(self.directory / strays[0])
+        try:
+            scan.read_header()
+        except RelayCorruptError:
+            return True  # cut inside the header: _adopt_stray removes it
+        return file_size(self.directory / strays[0]) == scan.header_end
 
     def _adopt_stray(self) -> str | None:
         """A rotation writes the new segment before the manifest names it: after a crash in

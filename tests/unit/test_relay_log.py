@@ -215,6 +215,46 @@ def test_a_crash_after_a_rotation_before_the_manifest_adopts_the_new_segment(
     assert read_back(tmp_path) == [*txns, extra]
 
 
+def _first_segment_without_manifest(directory: Path) -> Path:
+    """The state a crash leaves between creating the first segment and saving the first
+    MANIFEST (the window test_relay_crash's kills can land in)."""
+    writer = RelayWriter(directory, SMALL)
+    writer.open()
+    writer.set_format(fake_fde(), True)
+    writer._rotate()  # the first segment's header written and synced...
+    (directory / MANIFEST).unlink()  # ...its MANIFEST not yet saved
+    crash(writer)
+    return directory / "relay-000001.log"
+
+
+def test_a_crash_before_the_first_manifest_leaves_a_relay_that_opens(tmp_path: Path) -> None:
+    txns = random_transactions(random.Random(5), 5)
+    first = _first_segment_without_manifest(tmp_path)
+    writer = RelayWriter(tmp_path, SMALL)
+    recovery = writer.open()
+    assert recovery.adopted == first.name and recovery.position is None
+    writer.close()
+    write(tmp_path, txns).close()
+    assert read_back(tmp_path) == txns
+
+
+def test_a_first_segment_cut_inside_its_header_is_removed(tmp_path: Path) -> None:
+    first = _first_segment_without_manifest(tmp_path / "a")
+    os.truncate(first, 7)
+    recovery = RelayWriter(tmp_path / "a", SMALL).open()
+    assert recovery.segment is None and not first.exists()
+
+
+def test_a_lost_manifest_with_transactions_behind_it_still_stops_the_writer(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, random_transactions(random.Random(6), 3)).close()  # one segment
+    assert [p.name for p in tmp_path.glob("relay-*.log")] == ["relay-000001.log"]
+    (tmp_path / MANIFEST).unlink()
+    with pytest.raises(RelayCorruptError, match="without a MANIFEST"):
+        RelayWriter(tmp_path, SMALL).open()
+
+
 def test_memory_stays_bounded_for_a_huge_transaction(tmp_path: Path) -> None:
     """A 64 MiB transaction goes to disk in parts of about part_bytes while it is written
     (the writer never holds more than one part) and is read back as parts too."""
