@@ -48,3 +48,6 @@ def decode_rows(
     first: ImageDecoder, second: ImageDecoder | None, body: bytes, pos: int, insert: bool
 ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]] | None:
     """A ROWS event's (before, after) pairs in one call; None if an image does not fit."""
+
+def mysql_json_text(document: bytes) -> bytes | None:
+    """A binary JSON document as MySQL prints it, or None where Python must print it."""

@@ -26,7 +26,7 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Decode, PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.math cimport isfinite, isinf
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 import datetime as _dt
@@ -168,6 +168,7 @@ cdef enum Op:
     OP_SET
     OP_BIT
     OP_NULL
+    OP_MYSQLJSON
 
 # text modes of OP_STR
 cdef enum Mode:
@@ -201,6 +202,7 @@ OPCODES = {
     "set": OP_SET,
     "bit": OP_BIT,
     "null": OP_NULL,
+    "mysqljson": OP_MYSQLJSON,
 }
 MODES = {"bytes": MODE_BYTES, "utf8": MODE_UTF8, "codec": MODE_CODEC, "padded": MODE_PADDED}
 
@@ -394,28 +396,103 @@ cdef extern from *:
         *exponent = e10 + removed;
     }
 
-    /* repr(d) for a finite d, in out (at least 32 bytes); returns the length. */
-    static int replicad_double_repr(double d, char *out) {
-        uint64_t bits, value;
-        uint32_t biased;
-        int32_t e10, point, x;
+    /* The shortest digits of a finite, non-zero double given by its bits, without leading
+       or trailing zeros, in digits (24 bytes); |d| = 0.digits x 10^*point. Returns the
+       number of digits. */
+    static int replicad_double_digits(uint64_t bits, char *digits, int32_t *point) {
+        uint64_t value;
+        int32_t e10;
+        char tmp[24];
+        int n, k = 24;
+        replicad_shortest(bits & ((1ULL << 52) - 1), (uint32_t)((bits >> 52) & 0x7ff),
+                          &value, &e10);
+        while (value % 10 == 0) { value /= 10; e10++; }
+        do { tmp[--k] = (char)('0' + value % 10); value /= 10; } while (value);
+        n = 24 - k;
+        memcpy(digits, tmp + k, n);
+        *point = n + e10;
+        return n;
+    }
+
+    static char *replicad_put_exponent(char *p, int32_t x) {
+        char tmp[8];
+        int k = 8;
+        if (x < 0) { *p++ = '-'; x = -x; }
+        do { tmp[--k] = (char)('0' + x % 10); x /= 10; } while (x);
+        memcpy(p, tmp + k, 8 - k);
+        return p + 8 - k;
+    }
+
+    /* A double as MySQL prints it inside a JSON document (my_gcvt with its 34-character
+       field, as jsonb._format_double): the shortest digits; fixed notation when the point
+       is within [-14, 15] places or the digits run past a point beyond 15, else d.ddde-x
+       with no '+'; ".0" after a whole number; "0.0" for what is not finite. out: 48 bytes. */
+    static int replicad_double_mysql(double d, char *out) {
+        uint64_t bits;
         char digits[24];
-        int n = 0, k;
+        int32_t point;
+        int n;
         char *p = out;
         memcpy(&bits, &d, 8);
+        if (((bits >> 52) & 0x7ff) == 0x7ff) {
+            memcpy(out, "0.0", 3);
+            return 3;
+        }
         if (bits >> 63) *p++ = '-';
-        biased = (uint32_t)((bits >> 52) & 0x7ff);
-        if (biased == 0 && (bits & ((1ULL << 52) - 1)) == 0) {
+        if ((bits & ~(1ULL << 63)) == 0) {
             memcpy(p, "0.0", 3);
             return (int)(p - out) + 3;
         }
-        replicad_shortest(bits & ((1ULL << 52) - 1), biased, &value, &e10);
-        while (value % 10 == 0) { value /= 10; e10++; }
-        k = 24;
-        do { digits[--k] = (char)('0' + value % 10); value /= 10; } while (value);
-        n = 24 - k;
-        memmove(digits, digits + k, n);
-        point = n + e10;  /* d = 0.digits x 10^point */
+        n = replicad_double_digits(bits, digits, &point);
+        if ((point >= -14 && point <= 15) || (n > point && point > 15)) {
+            if (point <= 0) {
+                *p++ = '0';
+                *p++ = '.';
+                memset(p, '0', -point);
+                p += -point;
+                memcpy(p, digits, n);
+                p += n;
+            } else if (point < n) {
+                memcpy(p, digits, point);
+                p += point;
+                *p++ = '.';
+                memcpy(p, digits + point, n - point);
+                p += n - point;
+            } else {
+                memcpy(p, digits, n);
+                p += n;
+                memset(p, '0', point - n);
+                p += point - n;
+                *p++ = '.';
+                *p++ = '0';
+            }
+        } else {
+            *p++ = digits[0];
+            if (n > 1) {
+                *p++ = '.';
+                memcpy(p, digits + 1, n - 1);
+                p += n - 1;
+            }
+            *p++ = 'e';
+            p = replicad_put_exponent(p, point - 1);
+        }
+        return (int)(p - out);
+    }
+
+    /* repr(d) for a finite d, in out (at least 32 bytes); returns the length. */
+    static int replicad_double_repr(double d, char *out) {
+        uint64_t bits;
+        int32_t point, x;
+        char digits[24];
+        int n;
+        char *p = out;
+        memcpy(&bits, &d, 8);
+        if (bits >> 63) *p++ = '-';
+        if ((bits & ~(1ULL << 63)) == 0) {
+            memcpy(p, "0.0", 3);
+            return (int)(p - out) + 3;
+        }
+        n = replicad_double_digits(bits, digits, &point);
         if (point <= -4 || point > 16) {  /* float_repr_style 'short': exponent form */
             *p++ = digits[0];
             if (n > 1) {
@@ -457,11 +534,13 @@ cdef extern from *:
     #define REPLICAD_SHORTEST 0
     static void replicad_shortest_set(int inverse, int i, uint64_t lo, uint64_t hi) {}
     static int replicad_double_repr(double d, char *out) { return -1; }
+    static int replicad_double_mysql(double d, char *out) { return -1; }
     #endif
     """
     const int REPLICAD_SHORTEST
     void replicad_shortest_set(int inverse, int i, uint64_t lo, uint64_t hi)
     int replicad_double_repr(double d, char *out)
+    int replicad_double_mysql(double d, char *out)
 
 
 cdef void _shortest_tables():
@@ -754,6 +833,201 @@ cdef int _put_repr_as_orjson(Buf *b, const char *text, Py_ssize_t n) except -1:
     return 0
 
 
+# ------------------------------------------------------------------ MySQL JSON documents
+# A MySQL JSON column's binary document (json_binary.cc) written as the text MySQL prints,
+# as jsonb.decode_json + jsonb.to_mysql_json_text do on the pure path: ", " and ": "
+# separators, keys in stored order, strings escaped as orjson and json.encoder do, integers,
+# doubles as my_gcvt prints them, null/true/false. Anything else - opaque values (DECIMAL,
+# dates and times, other MySQL types), strings or keys that are not UTF-8, objects whose keys
+# are not in MySQL's strictly increasing order (so no duplicates pass unseen), nesting past
+# jsonb.MAX_JSON_DEPTH, any offset or length out of bounds - returns 0 with the buffer as it
+# was: the column then goes through the Python decoder, which prints it or raises the error
+# that names it.
+
+cdef enum:
+    JSONB_MAX_DEPTH = 100  # jsonb.MAX_JSON_DEPTH
+
+
+cdef inline uint32_t _jsonb_u(const unsigned char *q, int width) noexcept:
+    return <uint32_t>_le(q, width)
+
+
+cdef bint _put_mysql_json_column(Buf *out, int length_bytes, const unsigned char *q,
+                                 Py_ssize_t room) except -1:
+    """The column at q (its length, then the document), `room` bytes left in the event."""
+    cdef Py_ssize_t n, start = out.len
+    cdef bint ok
+    if length_bytes > room:
+        return 0
+    n = <Py_ssize_t>_le(q, length_bytes)
+    if n > room - length_bytes:
+        return 0
+    q += length_bytes
+    if n == 0:  # what MySQL stores for a NULL forced into a NOT NULL JSON column: null
+        _put(out, b"null", 4)
+        return 1
+    if q[0] <= 3:
+        ok = _jsonb_container(out, q, 1, n, q[0] & 1, q[0] <= 1, 1)
+    else:
+        ok = _jsonb_scalar(out, q, q[0], 1, n)
+    if not ok:
+        out.len = start
+    return ok
+
+
+cdef bint _jsonb_container(Buf *out, const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
+                           bint large, bint is_object, int depth) except -1:
+    cdef int width = 4 if large else 2
+    cdef Py_ssize_t count, size, entries_at, values_at, header_end, first_data, i
+    cdef Py_ssize_t key_at, key_length, previous_at = 0, previous_length = -1, entry
+    cdef Py_ssize_t raw, container_end
+    cdef int t, c
+    if depth > JSONB_MAX_DEPTH or end - pos < 2 * width:
+        return 0
+    count = _jsonb_u(d + pos, width)
+    size = _jsonb_u(d + pos + width, width)
+    if size > end - pos:
+        return 0
+    entries_at = pos + 2 * width
+    values_at = entries_at + count * (width + 2) if is_object else entries_at
+    header_end = values_at + count * (1 + width)
+    if header_end - pos > size:
+        return 0
+    container_end = pos + size
+    first_data = header_end - pos
+    _put(out, b"{" if is_object else b"[", 1)
+    for i in range(count):
+        if i:
+            _put(out, b", ", 2)
+        if is_object:
+            entry = entries_at + i * (width + 2)
+            key_at = _jsonb_u(d + entry, width)
+            key_length = _jsonb_u(d + entry + width, 2)
+            if key_at < first_data or key_at + key_length > size:
+                return 0
+            if previous_length >= 0:  # MySQL's order: shorter keys first, then bytewise
+                if key_length < previous_length:
+                    return 0
+                if key_length == previous_length:
+                    c = memcmp(d + pos + previous_at, d + pos + key_at, key_length)
+                    if c >= 0:
+                        return 0
+            previous_at, previous_length = key_at, key_length
+            if not (_ascii(d + pos + key_at, key_length)
+                    or _valid_utf8(d + pos + key_at, key_length)):
+                return 0
+            _put_json_text(out, d + pos + key_at, key_length)
+            _put(out, b": ", 2)
+        entry = values_at + i * (1 + width)
+        t = d[entry]
+        raw = _jsonb_u(d + entry + 1, width)
+        if t == 0x04:  # literal
+            if not _jsonb_literal(out, raw & 0xFF):
+                return 0
+        elif t == 0x05:  # int16
+            _put_i64(out, <int16_t>(raw & 0xFFFF))
+        elif t == 0x06:  # uint16
+            _put_u64(out, raw & 0xFFFF)
+        elif large and t == 0x07:  # int32
+            _put_i64(out, <int32_t><uint32_t>raw)
+        elif large and t == 0x08:  # uint32
+            _put_u64(out, <uint32_t>raw)
+        else:
+            if raw < first_data or raw >= size:
+                return 0
+            if t <= 3:
+                if not _jsonb_container(out, d, pos + raw, container_end, t & 1, t <= 1,
+                                        depth + 1):
+                    return 0
+            elif not _jsonb_scalar(out, d, t, pos + raw, container_end):
+                return 0
+    _put(out, b"}" if is_object else b"]", 1)
+    return 1
+
+
+cdef bint _jsonb_literal(Buf *out, Py_ssize_t literal) except -1:
+    if literal == 0:
+        _put(out, b"null", 4)
+    elif literal == 1:
+        _put(out, b"true", 4)
+    elif literal == 2:
+        _put(out, b"false", 5)
+    else:
+        return 0
+    return 1
+
+
+cdef bint _jsonb_scalar(Buf *out, const unsigned char *d, int t, Py_ssize_t pos,
+                        Py_ssize_t end) except -1:
+    cdef Py_ssize_t length, start, i
+    cdef int need
+    cdef double value
+    cdef char text[48]
+    cdef unsigned char byte
+    if t == 0x0C:  # string: a 7-bits-per-byte length (at most 5 bytes, 32 bits), UTF-8
+        if pos >= end:
+            return 0
+        length = 0
+        i = 0
+        while True:
+            if pos + i >= end or i == 5:
+                return 0
+            byte = d[pos + i]
+            length |= <Py_ssize_t>(byte & 0x7F) << (7 * i)
+            i += 1
+            if not byte & 0x80:
+                break
+        if length > 0xFFFFFFFF:
+            return 0
+        start = pos + i
+        if length > end - start:
+            return 0
+        if not (_ascii(d + start, length) or _valid_utf8(d + start, length)):
+            return 0
+        _put_json_text(out, d + start, length)
+        return 1
+    if t == 0x04:
+        return pos < end and _jsonb_literal(out, d[pos])
+    need = (2 if t <= 0x06 else 4 if t <= 0x08 else 8) if 0x05 <= t <= 0x0B else 0
+    if need == 0 or need > end - pos:
+        return 0  # opaque values and unknown types: Python's
+    if t == 0x05:
+        _put_i64(out, <int16_t>_le(d + pos, 2))
+    elif t == 0x06:
+        _put_u64(out, _le(d + pos, 2))
+    elif t == 0x07:
+        _put_i64(out, <int32_t>_le(d + pos, 4))
+    elif t == 0x08:
+        _put_u64(out, _le(d + pos, 4))
+    elif t == 0x09:
+        _put_i64(out, <int64_t>_le(d + pos, 8))
+    elif t == 0x0A:
+        _put_u64(out, _le(d + pos, 8))
+    else:
+        if not REPLICAD_SHORTEST:
+            return 0
+        memcpy(&value, d + pos, 8)
+        _put(out, text, replicad_double_mysql(value, text))
+    return 1
+
+
+def mysql_json_text(bytes document) -> bytes:
+    """A binary JSON document as the compiled writer prints it, or None where it leaves the
+    document to Python (for the tests: it must equal jsonb.to_mysql_json_text)."""
+    cdef Buf out
+    out.data = NULL
+    out.len = out.cap = 0
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(document)
+    cdef bytes column = bytes((n & 0xFF, n >> 8 & 0xFF, n >> 16 & 0xFF, n >> 24 & 0xFF)) + document
+    try:
+        if not _put_mysql_json_column(&out, 4, <const unsigned char *>PyBytes_AS_STRING(column),
+                                      PyBytes_GET_SIZE(column)):
+            return None
+        return PyBytes_FromStringAndSize(out.data, out.len)
+    finally:
+        PyMem_Free(out.data)
+
+
 cdef int _put_decimal(Buf *b, ColOp *op, const unsigned char *q) except -2:
     """str(Decimal) in quotes for a DECIMAL with a C-sized coefficient; -1 (nothing written)
     where Python would use exponent notation (a value below 1e-6)."""
@@ -995,9 +1269,11 @@ cdef class ImageDecoder:
             elif op.op in (OP_SET, OP_BIT):
                 if not 0 <= arg1 <= 8:
                     raise ValueError(f"SET/BIT of {arg1} bytes")
-            elif op.op == OP_CALL:
+            elif op.op == OP_CALL or op.op == OP_MYSQLJSON:
                 if not callable(obj):
                     raise TypeError("call needs a decoder")
+                if op.op == OP_MYSQLJSON and arg1 not in (1, 2, 3, 4):
+                    raise ValueError(f"JSON length of {arg1} bytes")
             objs.append(obj)
         self.objs = tuple(objs)
 
@@ -1143,7 +1419,7 @@ cdef class ImageDecoder:
                 value = <object>PyTuple_GET_ITEM(obj, <Py_ssize_t>u - 1)
             else:
                 value = PyLong_FromUnsignedLongLong(u)
-        elif k == OP_CALL:
+        elif k == OP_CALL or k == OP_MYSQLJSON:
             obj = <object>PyTuple_GET_ITEM(self.objs, i)
             value, pos = obj(body, pos)
         elif k == OP_FLOAT:
@@ -1359,6 +1635,8 @@ cdef class ImageDecoder:
                 else:
                     kinds[i] = k == OP_STR
                     _put_fallback(out, self.json_fallback, i, value)
+            elif k == OP_MYSQLJSON and _put_mysql_json_column(out, op.arg1, q, size - pos):
+                pos += op.arg1 + <Py_ssize_t>_le(q, op.arg1)
             else:
                 _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
             spans[2 * i + 1] = out.len

@@ -20,7 +20,9 @@ Opcodes (args not listed are 0 / None):
   microseconds, arg3 = fsp (metadata); "timestamp2" obj = the zero-date string;
 - "enum": arg1 = 1 | 2 bytes, obj = member names or None;
 - "set": arg1 = 0-8 bytes, obj = member names or None; "bit": arg1 = 0-8 bytes;
-- "null": column type NULL; "call": obj = ``decoder(body, pos) -> (value, pos)``.
+- "null": column type NULL; "call": obj = ``decoder(body, pos) -> (value, pos)``;
+- "mysqljson": arg1 = length bytes (1-4), obj = the pure decoder (rows as dicts use it; the
+  compiled envelope prints the binary document itself where it can).
 """
 
 from __future__ import annotations
@@ -176,6 +178,11 @@ def _plan_time2(spec: ColumnSpec) -> PlanEntry | None:
     return ("time2", frac_len, scale, spec.meta, None, ())
 
 
+def _plan_json(spec: ColumnSpec) -> PlanEntry | None:
+    # The decoder (obj) is filled in by plan_entry: it depends on the server kind.
+    return ("mysqljson", spec.meta, 0, 0, None, ()) if spec.meta in (1, 2, 3, 4) else None
+
+
 def _plan_bit(spec: ColumnSpec) -> PlanEntry | None:
     nbytes = (spec.meta >> 8) + (1 if spec.meta & 0xFF else 0)
     return ("bit", nbytes, 0, 0, None, ()) if nbytes <= 8 else None
@@ -197,6 +204,7 @@ _ROUTINES: dict[str, PlanRoutine] = {
     "timestamp2": _plan_timestamp2,
     "time2": _plan_time2,
     "bit": _plan_bit,
+    "json": _plan_json,
 }
 check_routines("compiled", _ROUTINES)
 
@@ -206,6 +214,12 @@ def plan_entry(spec: ColumnSpec, *, mariadb: bool) -> PlanEntry:
     raises UnsupportedError for types that have none, as the generated code does)."""
     routine = routine_of(spec, "compiled")
     entry = _ROUTINES[routine](spec) if routine is not None else None
+    if entry is not None and entry[0] == "mysqljson":
+        if mariadb:  # MariaDB's JSON is text (values.json_decoder); it never logs type 245
+            return _call(spec, mariadb)
+        # Rows as dicts decode the document with the pure decoder; only the compiled
+        # envelope prints it in C (falling back to this decoder where it cannot).
+        return (*entry[:4], make_decoder(spec, mariadb=mariadb), ())
     return entry if entry is not None else _call(spec, mariadb)
 
 

@@ -97,7 +97,8 @@ _ENTRIES = (
     ColumnDecoders(T.MEDIUM_BLOB, M.ONE_BYTE, values.blob_decoder, None, "blob"),
     ColumnDecoders(T.LONG_BLOB, M.ONE_BYTE, values.blob_decoder, None, "blob"),
     ColumnDecoders(T.GEOMETRY, M.ONE_BYTE, values.geometry_decoder),
-    ColumnDecoders(T.JSON, M.ONE_BYTE, values.json_decoder),
+    # MySQL's binary JSON: the compiled envelope prints common documents itself.
+    ColumnDecoders(T.JSON, M.ONE_BYTE, values.json_decoder, None, "json"),
     ColumnDecoders(T.VECTOR, M.ONE_BYTE, values.vector_decoder),
 )
 del T, M

@@ -29,6 +29,8 @@ from replicad.binlog import accel, decoder_choice
 from replicad.binlog.codegen import CompiledColumn, compile_python_decoder
 from replicad.binlog.values import ColumnSpec, ColumnType, Geometry
 from replicad.errors import BinlogError
+from tests.helpers import events as ev
+from tests.unit.test_jsonb import plain_documents
 
 pytestmark = pytest.mark.unit
 
@@ -372,10 +374,14 @@ def fallback_column(draw) -> Column:
             lambda xs: b"".join(struct.pack("<f", x) for x in xs)
         )
         return ColumnSpec(T.VECTOR, meta), payload.map(lambda b: le(len(b), meta) + b)
-    # MySQL binary JSON: a literal (null/true/false) or an int16 scalar document.
+    # MySQL binary JSON: a literal (null/true/false), an int16 scalar, documents the compiled
+    # envelope prints in C, and ones it leaves to Python (an opaque DECIMAL, a string that
+    # is not UTF-8).
     doc = st.one_of(
         st.sampled_from([b"\x04\x00", b"\x04\x01", b"\x04\x02"]),
         st.integers(-(2**15), 2**15 - 1).map(lambda v: b"\x05" + struct.pack("<h", v)),
+        plain_documents.map(ev.jsonb),
+        st.sampled_from([bytes([0x0F, 0xF6, 4, 5, 2, 0x81, 0x0D, 0xFB]), b"\x0c\x02\xff\xfe"]),
     )
     return ColumnSpec(T.JSON, meta), doc.map(lambda b: le(len(b), meta) + b)
 

@@ -17,35 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replicad.binlog import decoder_choice
-from replicad.binlog.codegen import compile_python_decoder
 from replicad.binlog.files import iter_file_events
 from replicad.errors import MalformedEventError
 from tests.helpers import events as ev
 from tests.unit.test_accel import same
-from tests.unit.test_event_envelope import events
+from tests.unit.test_event_envelope import events, pure_pairs
 
 pytestmark = [
     pytest.mark.unit,
     pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built"),
 ]
-
-
-def _one_by_one(columns, body: bytes, pos: int, kind: int, mariadb: bool) -> list | None:
-    """The pairs of the row-by-row loop, or None where it raises or stops short."""
-    pure = compile_python_decoder(columns, mariadb=mariadb)
-    out: list[tuple[Any, Any]] = []
-    try:
-        while pos < len(body):
-            first, pos = pure(body, pos)
-            second = None
-            if kind == 1:
-                second, pos = pure(body, pos)
-            if pos > len(body):
-                return None
-            out.append((None, first) if kind == 0 else (first, second))
-    except Exception:
-        return None
-    return out if pos == len(body) else None
 
 
 def _same_pairs(got: list, expected: list) -> bool:
@@ -70,7 +51,7 @@ def test_equals_the_row_by_row_loop(event, cut: int) -> None:
 
     columns, body, pos, kind, _rows, _key, mariadb = event
     body = body[: max(pos, len(body) - cut)] if cut else body
-    expected = _one_by_one(columns, body, pos, kind, mariadb)
+    expected = pure_pairs(columns, body, pos, kind, mariadb)
     decoder = decoder_choice.build_compiled_decoder(columns, mariadb=mariadb).__self__
     got = _speedups.decode_rows(decoder, decoder if kind == 1 else None, body, pos, kind == 0)
     if expected is None:

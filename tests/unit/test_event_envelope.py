@@ -96,13 +96,11 @@ def _compiled(columns, mariadb: bool) -> Any:
     return decoder
 
 
-def _expected(columns, body: bytes, pos: int, kind: int, key: tuple[str, ...], mariadb: bool):
-    """The pure path's messages, or None where it refuses the event."""
+def pure_pairs(columns, body: bytes, pos: int, kind: int, mariadb: bool) -> list | None:
+    """The (before, after) pairs the generated pure decoder gives, image after image, or
+    None where it refuses the bytes or an image runs past the end (test_decode_rows too)."""
     pure = compile_python_decoder(columns, mariadb=mariadb)
-    json_columns = frozenset(c.name for c in columns if c.spec.type_code == ColumnType.JSON)
-    op = "cud"[kind]
-    out = []
-    row = 0
+    out: list[tuple[Any, Any]] = []
     try:
         while pos < len(body):
             first, pos = pure(body, pos)
@@ -111,7 +109,22 @@ def _expected(columns, body: bytes, pos: int, kind: int, key: tuple[str, ...], m
                 second, pos = pure(body, pos)
             if pos > len(body):
                 return None
-            before, after = (None, first) if kind == 0 else (first, second)
+            out.append((None, first) if kind == 0 else (first, second))
+    except Exception:  # the pure decoder refuses these bytes
+        return None
+    return out
+
+
+def _expected(columns, body: bytes, pos: int, kind: int, key: tuple[str, ...], mariadb: bool):
+    """The pure path's messages, or None where it refuses the event."""
+    pairs = pure_pairs(columns, body, pos, kind, mariadb)
+    if pairs is None:
+        return None
+    json_columns = frozenset(c.name for c in columns if c.spec.type_code == ColumnType.JSON)
+    op = "cud"[kind]
+    out = []
+    try:
+        for row, (before, after) in enumerate(pairs):
             change = RowChange(op, "db", "t", before, after, "f", 4, row, None, 1, 0, key)
             for message_op, b, a in row_messages(change):
                 image = b if message_op == "d" else a
@@ -124,8 +137,7 @@ def _expected(columns, body: bytes, pos: int, kind: int, key: tuple[str, ...], m
                     TAILS["cud".index(message_op)],
                 )
                 out.append((message_op, row, key_bytes, value))
-            row += 1
-    except Exception:  # the pure decoder refuses these bytes
+    except Exception:  # the pure path refuses these rows
         return None
     return out
 
