@@ -199,7 +199,10 @@ def changes_of(
     query: str | None = None,
 ) -> Iterator[RowChange]:
     """The row changes of one ROWS event, with their source coordinates; `table` decodes them
-    instead of the event's own TABLE_MAP (a copy named from the schema history)."""
+    instead of the event's own TABLE_MAP (a copy named from the schema history). Where the
+    compiled decoder takes the whole event at once, the changes are built at once and the
+    numbering moves past the event now; otherwise row by row, as they are taken."""
+    decoded = event.decoded_rows(table) if (table or event.table_map) is not None else None
     table = table or event.table_map
     schema = describe(table) if table else None
     op = event.op
@@ -211,25 +214,65 @@ def changes_of(
         c.name for c in (table.columns if table else ()) if c.type_code == ColumnType.JSON
     )
     ts_ms = header.timestamp * 1000
-    index = numbering.first_row(header.pos)
-    for before, after in event.rows(table):
-        numbering.advance(1)
-        yield RowChange(
+    pos, server_id = header.pos, header.server_id
+    first = numbering.first_row(pos)
+    if decoded is not None:
+        numbering.advance(len(decoded))
+        return iter(
+            [
+                RowChange(
+                    op,
+                    db,
+                    name,
+                    before,
+                    after,
+                    file,
+                    pos,
+                    index,
+                    gtid,
+                    server_id,
+                    ts_ms,
+                    pk,
+                    json_columns,
+                    schema,
+                    thread,
+                    query,
+                )
+                for index, (before, after) in enumerate(decoded, first)
+            ]
+        )
+    return _changes_one_by_one(
+        event.rows(table),
+        RowChange(
             op,
             db,
             name,
-            before,
-            after,
+            None,
+            None,
             file,
-            header.pos,
-            index,
+            pos,
+            first,
             gtid,
-            header.server_id,
+            server_id,
             ts_ms,
             pk,
             json_columns,
             schema,
             thread,
             query,
-        )
+        ),
+        numbering,
+    )
+
+
+def _changes_one_by_one(
+    rows: Iterator[tuple[Any, Any]], template: RowChange, numbering: RowNumbering
+) -> Iterator[RowChange]:
+    t = template
+    index = t.row
+    for before, after in rows:
+        numbering.advance(1)
+        yield RowChange(t.op, t.db, t.table, before, after, t.file, t.pos, index, t.gtid,
+                        t.server_id, t.ts_ms, t.primary_key, t.json_columns, t.schema,
+                        t.thread, t.query)  # fmt: skip
         index += 1

@@ -508,6 +508,26 @@ class RowsEvent(Event):
         the columns named from the schema history). With the compiled decoder the whole
         event is decoded by this call; otherwise, or when an image does not fit, row by row
         as the rows are taken (the rows before a faulty image come out, then its error)."""
+        table, first, second, decoded = self._decode_at_once(table)
+        if decoded is not None:
+            return iter(decoded)
+        return self._rows_one_by_one(table, first, second)
+
+    def decoded_rows(
+        self, table: TableMapEvent | None = None
+    ) -> list[tuple[Row | None, Row | None]] | None:
+        """All of `rows()` at once when the compiled decoder can decode the whole event;
+        None when it must go row by row (use `rows()`)."""
+        return self._decode_at_once(table)[3]
+
+    def _decode_at_once(
+        self, table: TableMapEvent | None
+    ) -> tuple[
+        TableMapEvent,
+        RowImageDecoder,
+        RowImageDecoder | None,
+        list[tuple[Row | None, Row | None]] | None,
+    ]:
         table = table or self.table_map
         if table is None:
             raise MalformedEventError(
@@ -523,17 +543,16 @@ class RowsEvent(Event):
         op = self.op
         first = table.image_decoder(self.present_before)
         second = table.image_decoder(self.present_after) if op == "u" else None
+        decoded = None
         if not self.partial:
-            rows = decoder_choice.decode_event_rows(
+            decoded = decoder_choice.decode_event_rows(
                 first.decode,
                 None if second is None else second.decode,
                 self.body,
                 self.rows_offset,
                 op == "c",
             )
-            if rows is not None:
-                return iter(rows)
-        return self._rows_one_by_one(table, first, second)
+        return table, first, second, decoded
 
     def _rows_one_by_one(
         self, table: TableMapEvent, first: RowImageDecoder, second: RowImageDecoder | None
