@@ -202,8 +202,8 @@ def changes_of(
     instead of the event's own TABLE_MAP (a copy named from the schema history). Where the
     compiled decoder takes the whole event at once, the changes are built at once and the
     numbering moves past the event now; otherwise row by row, as they are taken."""
-    decoded = event.decoded_rows(table) if (table or event.table_map) is not None else None
     table = table or event.table_map
+    decoded = event.decoded_rows(table) if table is not None else None
     schema = describe(table) if table else None
     op = event.op
     header = event.header
@@ -215,64 +215,44 @@ def changes_of(
     )
     ts_ms = header.timestamp * 1000
     pos, server_id = header.pos, header.server_id
+
+    def changes(pairs: Iterable[tuple[Any, Any]], start: int) -> list[RowChange]:
+        return [
+            RowChange(
+                op,
+                db,
+                name,
+                before,
+                after,
+                file,
+                pos,
+                index,
+                gtid,
+                server_id,
+                ts_ms,
+                pk,
+                json_columns,
+                schema,
+                thread,
+                query,
+            )
+            for index, (before, after) in enumerate(pairs, start)
+        ]
+
     first = numbering.first_row(pos)
     if decoded is not None:
         numbering.advance(len(decoded))
-        return iter(
-            [
-                RowChange(
-                    op,
-                    db,
-                    name,
-                    before,
-                    after,
-                    file,
-                    pos,
-                    index,
-                    gtid,
-                    server_id,
-                    ts_ms,
-                    pk,
-                    json_columns,
-                    schema,
-                    thread,
-                    query,
-                )
-                for index, (before, after) in enumerate(decoded, first)
-            ]
-        )
-    return _changes_one_by_one(
-        event.rows(table),
-        RowChange(
-            op,
-            db,
-            name,
-            None,
-            None,
-            file,
-            pos,
-            first,
-            gtid,
-            server_id,
-            ts_ms,
-            pk,
-            json_columns,
-            schema,
-            thread,
-            query,
-        ),
-        numbering,
-    )
+        return iter(changes(decoded, first))
+    return _changes_one_by_one(event.rows(table), changes, first, numbering)
 
 
 def _changes_one_by_one(
-    rows: Iterator[tuple[Any, Any]], template: RowChange, numbering: RowNumbering
+    rows: Iterator[tuple[Any, Any]],
+    changes: Callable[[Iterable[tuple[Any, Any]], int], list[RowChange]],
+    index: int,
+    numbering: RowNumbering,
 ) -> Iterator[RowChange]:
-    t = template
-    index = t.row
-    for before, after in rows:
+    for pair in rows:
         numbering.advance(1)
-        yield RowChange(t.op, t.db, t.table, before, after, t.file, t.pos, index, t.gtid,
-                        t.server_id, t.ts_ms, t.primary_key, t.json_columns, t.schema,
-                        t.thread, t.query)  # fmt: skip
+        yield changes((pair,), index)[0]
         index += 1
