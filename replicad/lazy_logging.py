@@ -42,6 +42,13 @@ def configure_on_first_use(configure: Callable[[], None], level: int) -> None:
         _pending, _pending_level = configure, level
 
 
+def drop_pending() -> None:
+    """Forget a set-up asked for with `configure_on_first_use`: logging was configured
+    directly since (a later set-up must not be replaced by an earlier deferred one)."""
+    global _pending
+    _pending = None  # one assignment, atomic under the GIL; _configured may hold the lock
+
+
 def _configured() -> Any:
     global _pending
     with _lock:

@@ -28,6 +28,7 @@ def configure_logging_on_first_use(fmt: str = "console", level: str = "info") ->
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
     import structlog
 
+    lazy_logging.drop_pending()
     renderer: structlog.types.Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()

@@ -71,3 +71,22 @@ def test_a_warning_is_still_printed_on_standard_error(tmp_path: Path) -> None:
 def _table(line: str) -> tuple[str, str, str]:
     event = json.loads(line)  # standard output carries the change events only
     return event["type"], event["db"], event["table"]
+
+
+def test_a_direct_set_up_replaces_a_deferred_one() -> None:
+    import structlog
+    from structlog.testing import capture_logs
+
+    from replicad import lazy_logging
+    from replicad.service.logging import configure_logging, configure_logging_on_first_use
+
+    saved = structlog.get_config()
+    try:
+        configure_logging_on_first_use("console", "error")
+        configure_logging("json", "info")  # e.g. a command run after a dump in one process
+        logger = lazy_logging.get_logger("replicad.test")
+        with capture_logs() as logs:
+            logger.info("seen_at_info")  # the deferred "error" level would have dropped it
+        assert [e["event"] for e in logs] == ["seen_at_info"]
+    finally:
+        structlog.configure(**saved)
