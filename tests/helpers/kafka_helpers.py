@@ -1,9 +1,11 @@
-"""Read back what landed in Kafka (the tansu broker of scripts/services.sh) and fold it.
+"""Read back what landed in Kafka (the Apache Kafka broker of scripts/services.sh) and fold it;
+private brokers for the tests that stop or kill one.
 
 `consume_all` reads partitions from their first offset by explicit assignment: no consumer
-group joins, nothing is committed, and neither the high watermark nor partition EOF is trusted
-(tansu's high watermark is wrong after a multi-record batch). It stops when nothing arrived for
-`idle_s`. `fold_by_key` replays Debezium-style envelopes per key, as a compacting consumer would.
+group joins, nothing is committed. It reads `read_committed` by default, as the users of an
+exactly-once pipeline do, and stops once every partition has reported its end (partition EOF:
+the last stable offset under read_committed) and nothing arrived for `idle_s`.
+`fold_by_key` replays Debezium-style envelopes per key, as a compacting consumer would.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.helpers.ports import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts/services.sh"
@@ -82,11 +86,17 @@ def _record(msg: Message) -> Record:
 
 
 def consume_all(
-    bootstrap: str, topics: list[str] | str, *, idle_s: float = 3.0, timeout_s: float = 60.0
+    bootstrap: str,
+    topics: list[str] | str,
+    *,
+    idle_s: float = 3.0,
+    timeout_s: float = 60.0,
+    isolation: str = "read_committed",
 ) -> list[Record]:
     """Every message of `topics` (names, or a regex matched against whole topic names), sorted
-    by (topic, partition, offset). Raises TimeoutError if messages still flow after `timeout_s`,
-    KafkaException on a fatal client error."""
+    by (topic, partition, offset). `isolation`: "read_committed" (aborted and open transactions
+    stay hidden) or "read_uncommitted" (everything written). Raises TimeoutError if messages
+    still flow after `timeout_s`, KafkaException on a fatal client error."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -94,8 +104,9 @@ def consume_all(
             "group.id": f"consume-all-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
+            "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
         }
     )
     try:
@@ -109,24 +120,33 @@ def consume_all(
         if not assignment:
             return []
         consumer.assign(assignment)
-        records: list[Record] = []
-        deadline = time.monotonic() + timeout_s
-        last_arrival = time.monotonic()
-        while time.monotonic() - last_arrival < idle_s:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"messages still arriving after {timeout_s} s ({len(records)} read)"
-                )
-            for msg in consumer.consume(num_messages=1000, timeout=min(0.5, idle_s)):
-                error = msg.error()
-                if error is not None:
-                    if error.fatal():
-                        raise KafkaException(error)
-                    continue  # transient (e.g. a leader not known yet): librdkafka retries
-                last_arrival = time.monotonic()
-                records.append(_record(msg))
+        return _read_to_end(consumer, len(assignment), idle_s, timeout_s)
     finally:
         consumer.close()
+
+
+def _read_to_end(
+    consumer: Consumer, partitions: int, idle_s: float, timeout_s: float
+) -> list[Record]:
+    records: list[Record] = []
+    at_end: set[tuple[str | None, int | None]] = set()
+    deadline = time.monotonic() + timeout_s
+    last_arrival = time.monotonic()
+    while len(at_end) < partitions or time.monotonic() - last_arrival < idle_s:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"messages still arriving after {timeout_s} s ({len(records)} read)")
+        for msg in consumer.consume(num_messages=1000, timeout=min(0.5, idle_s)):
+            error = msg.error()
+            where = (msg.topic(), msg.partition())
+            if error is None:
+                last_arrival = time.monotonic()
+                at_end.discard(where)
+                records.append(_record(msg))
+            elif error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(where)
+            elif error.fatal():
+                raise KafkaException(error)
+            # else transient (e.g. a leader not known yet): librdkafka retries
     records.sort(key=lambda r: (r.topic, r.partition, r.offset))
     return records
 
@@ -201,38 +221,43 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
                 raise
 
 
-def _services(*args: str) -> None:
-    subprocess.run(["bash", str(SERVICES), *args], check=True)
+class PrivateKafka:
+    """A single-node Apache Kafka of the test's own (scripts/services.sh kafka-instance), for
+    the tests that stop, kill or restart the broker: the shared one keeps serving the tests
+    running beside them. Its storage outlives stop/kill; start() brings it back on it."""
 
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.port = free_port_block(2)
 
-# How long stopped producers leave tansu to finish the produce requests it already received.
-QUIESCE_S = 2.0
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
+    def _run(self, action: str) -> None:
+        subprocess.run(
+            ["bash", str(SERVICES), "kafka-instance", action, str(self.dir), str(self.port),
+             str(self.port + 1)],
+            check=True, timeout=120,
+        )  # fmt: skip
 
-def stop_broker(quiesce: Collection[int] = ()) -> None:
-    """Stop the Kafka broker gracefully (SIGTERM, waits for the process); s3 keeps its data.
+    def start(self) -> None:
+        """Start (or restart on its storage); returns once it answers metadata."""
+        self._run("up")
 
-    `quiesce`: pids of producing processes, SIGSTOPped until the broker is down, so that no
-    produce request is half-processed when it stops. tansu 0.6.0 (s3 storage) keeps producer
-    sequence numbers apart from the batches: a request in flight at its stop can leave the
-    sequence recorded and the batch not, and the producer's retry after the restart is then
-    answered DUPLICATE_SEQUENCE_NUMBER, which librdkafka (rightly, on Kafka) reports as
-    delivered - an acknowledged batch missing from the topic. scripts/repro_tansu_inflight_stop.py
-    shows it with a bare producer. A test that means "Kafka is away" rather than "the broker
-    loses data at its stop" quiesces the producer first."""
-    stopped = []
-    try:
-        for pid in quiesce:
-            os.kill(pid, signal.SIGSTOP)
-            stopped.append(pid)
-        if stopped:
-            time.sleep(QUIESCE_S)
-        _services("down", "kafka")
-    finally:
-        for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
+    def stop(self, quiesce: Collection[int] = ()) -> None:
+        """Graceful stop (SIGTERM, controlled shutdown). `quiesce`: pids SIGSTOPped meanwhile,
+        so that the stop happens with nothing of theirs in flight."""
+        stopped = []
+        try:
+            for pid in quiesce:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            self._run("down")
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
 
-
-def start_broker() -> None:
-    """Start the Kafka broker again on the same storage; returns once it answers metadata."""
-    _services("up", "kafka")
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self._run("kill")

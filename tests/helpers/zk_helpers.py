@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from replicad.config import ZookeeperConfig
+from tests.helpers.ports import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts/services.sh"
@@ -57,25 +57,6 @@ async def within(awaitable: Awaitable[Any], timeout_s: float, what: str) -> Any:
             return await awaitable
     except TimeoutError:
         raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
-
-
-# ---------------------------------------------------------------------------------- ports
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_block(count: int, low: int = 21000, high: int = 39000) -> int:
-    """The first of `count` consecutive ports free on 127.0.0.1 (random, to avoid other runs)."""
-    for _ in range(200):
-        base = random.randrange(low, high - count)
-        if all(_port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no block of {count} free ports found")
 
 
 # ---------------------------------------------------------------------------------- servers

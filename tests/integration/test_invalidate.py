@@ -47,9 +47,7 @@ from tests.helpers.mariadb import connect_root
 pytestmark = pytest.mark.integration
 
 
-def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(
-    db, memory_kafka, tmp_path
-) -> None:
+def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(db, kafka, tmp_path) -> None:
     conn, name = db
     execute(conn, USERS_SQL, USERS_FILL_SQL)
     cache_server = PrivateRedis(tmp_path / "redis")
@@ -57,7 +55,7 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(
     prefix = f"i{uuid.uuid4().hex[:8]}"
     group = f"inv-{prefix}"
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7401, prefix=prefix, kafka=memory_kafka,
+        tmp_path / "replicad", server_id=7401, prefix=prefix, kafka=kafka,
         kafka_yaml="topics: {partitions: 3}",
         extra_yaml=(
             f"filters: {{include: ['{name}\\.users']}}\n"
@@ -98,8 +96,8 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(
 
     def settled() -> None:
         wait_caught_up(replicad, timeout=120)
-        ends = topic_ends(memory_kafka, topic)
-        wait_for(lambda: invalidator.alive() and committed(memory_kafka, group, topic,
+        ends = topic_ends(kafka, topic)
+        wait_for(lambda: invalidator.alive() and committed(kafka, group, topic,
                  list(ends)) == ends, 120, "the invalidator to commit every message")  # fmt: skip
 
     try:
@@ -144,7 +142,7 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(
 
 
 def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_nothing(
-    db, memory_kafka, tmp_path
+    db, kafka, tmp_path
 ) -> None:
     """A template naming a column the rows do not have: exit 78 naming it and the message's
     offset, no offset committed. A Redis that refuses the password: exit 78 naming the URL
@@ -161,7 +159,7 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
     def configured(redis_url: str, template: str) -> KafkaReplicad:
         return KafkaReplicad(
             tmp_path / f"replicad-{uuid.uuid4().hex[:4]}", server_id=7402, prefix=prefix,
-            kafka=memory_kafka,
+            kafka=kafka,
             extra_yaml=(
                 f"filters: {{include: ['{name}\\.u']}}\n"
                 f"invalidate:\n  group_id: {group}\n"
@@ -190,7 +188,7 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
         err = result.stderr.decode()
         assert "placeholder=mail" in err and "user:{mail}" in err and "offset=0" in err, err
         topic = f"{prefix}.{name}.u"
-        assert committed(memory_kafka, group, topic, [0]) == {0: -1001}  # nothing committed
+        assert committed(kafka, group, topic, [0]) == {0: -1001}  # nothing committed
 
         subprocess.run(["redis-cli", "-p", str(cache_server.port), "CONFIG", "SET",
                         "requirepass", "right"], check=True, capture_output=True)  # fmt: skip
@@ -205,7 +203,7 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
         cache_server.down()
 
 
-def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
+def test_metrics_and_readiness_follow_redis(db, kafka, tmp_path) -> None:
     """invalidate.metrics_listen: the counters match what was written, and /readyz says 503
     (with /healthz still 200: waiting is not hanging) while Redis is down, 200 once back."""
     conn, name = db
@@ -215,7 +213,7 @@ def test_metrics_and_readiness_follow_redis(db, memory_kafka, tmp_path) -> None:
     prefix = f"i{uuid.uuid4().hex[:8]}"
     port = free_port()
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7403, prefix=prefix, kafka=memory_kafka,
+        tmp_path / "replicad", server_id=7403, prefix=prefix, kafka=kafka,
         extra_yaml=(
             f"filters: {{include: ['{name}\\.users']}}\n"
             "invalidate:\n"

@@ -91,7 +91,7 @@ def _gone(cache: Any, keys: list[str]) -> Callable[[], bool]:
 
 
 def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_and_password(
-    db, memory_kafka, tmp_path
+    db, kafka, tmp_path
 ) -> None:
     """Over TLS (rediss://, the test's own CA) as an ACL user: row keys go; TRUNCATE of a
     `scan` table unlinks every key of its pattern (more than one SCAN page and UNLINK chunk)
@@ -113,7 +113,7 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
              "CREATE TABLE o (id INT PRIMARY KEY)")  # fmt: skip
     url = f"rediss://inv@127.0.0.1:{port}/0"
     replicad, prefix, group = _pipeline(
-        tmp_path, memory_kafka, name, 7611,
+        tmp_path, kafka, name, 7611,
         f"{{url: '{url}', password_env: TEST_REDIS_PW, tls_ca: '{pki.ca}', timeout_s: 2}}",
         f"- {{table: '{name}\\.u', keys: ['u:{{id}}', 'u:email:{{email}}'], "
         "table_action: scan, table_key: 'u:*'}\n"
@@ -148,9 +148,9 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
         wait_for(lambda: cache.get("gen:g") == b"3", 60, "gen:g to be bumped 3 times")
         wait_caught_up(replicad, timeout=60)
         for topic in (f"{prefix}.{name}.g", f"{prefix}.schema"):
-            ends = topic_ends(memory_kafka, topic)
+            ends = topic_ends(kafka, topic)
             if ends:  # everything read: no late fourth bump
-                wait_for(lambda t=topic, e=ends: committed(memory_kafka, group, t, list(e)) == e,
+                wait_for(lambda t=topic, e=ends: committed(kafka, group, t, list(e)) == e,
                          60, f"the invalidator to commit {topic}")  # fmt: skip
         assert invalidator.stop() == 0
         assert cache.get("gen:g") == b"3"
@@ -252,7 +252,7 @@ USERS_RULE = "- {table: '%s\\.users', keys: ['user:{id}', 'user:email:{email}']}
 
 
 def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
-    db, memory_kafka, tmp_path, readers_of
+    db, kafka, tmp_path, readers_of
 ) -> None:
     """A master, a replica and a Sentinel; the invalidator finds the master through the
     Sentinel. SENTINEL FAILOVER while changes flow: the invalidator logs Redis as unavailable,
@@ -274,7 +274,7 @@ def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
         port=sentinel_port,
     )  # fmt: skip
     replicad, prefix, group = _pipeline(
-        tmp_path, memory_kafka, name, 7612,
+        tmp_path, kafka, name, 7612,
         f"{{sentinel: {{master: cache, nodes: ['127.0.0.1:{sentinel_port}']}}, timeout_s: 1}}",
         USERS_RULE % name, partitions=2, invalidate_yaml=f"redelete_after_ms: {REDELETE_MS}",
     )  # fmt: skip
@@ -315,7 +315,7 @@ def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
         old = redis.Redis(port=master_port, decode_responses=True)
         wait_for(lambda: old.info("replication").get("master_link_status") == "up", 30,
                  "the old master to be a synchronised replica")  # fmt: skip
-        _settled(replicad, memory_kafka, group, topic)
+        _settled(replicad, kafka, group, topic)
         new_master = redis.Redis(port=replica_port)
         assert not (stale := stale_entries(new_master, conn)), stale[:10]
         assert sum(r.fills for r in readers) > 50 and new_master.dbsize() > 20
@@ -331,7 +331,7 @@ def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
 
 
 def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_primary(
-    db, memory_kafka, tmp_path
+    db, kafka, tmp_path
 ) -> None:
     """Three masters, 16384 slots split by redis-cli --cluster create: `cluster: true`
     unlinks row keys on whichever node holds their slot, and a TRUNCATE's scan action
@@ -349,7 +349,7 @@ def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_prima
         for p in ports
     ]  # fmt: skip
     replicad, _, _ = _pipeline(
-        tmp_path, memory_kafka, name, 7613,
+        tmp_path, kafka, name, 7613,
         f"{{url: 'redis://127.0.0.1:{ports[0]}/0', cluster: true, timeout_s: 2}}",
         f"- {{table: '{name}\\.c', keys: ['c:{{id}}'], table_action: scan, table_key: 'c:*'}}\n"
         f"- {{table: '{name}\\.k', keys: ['k:{{id}}']}}\n",
@@ -410,7 +410,7 @@ def _assigned(invalidator: InvalidatorProcess, topic: str) -> set[int]:
 
 
 def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_is_killed(
-    db, memory_kafka, tmp_path, readers_of
+    db, kafka, tmp_path, readers_of
 ) -> None:
     """Two invalidators with one group id over a 4-partition topic: each gets partitions,
     the oracle holds; one SIGKILLed mid-stream, the other gets all four once the dead
@@ -419,7 +419,7 @@ def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_i
     execute(conn, USERS_SQL, USERS_FILL_SQL)
     server = PrivateRedis(tmp_path / "redis", port=free_port())
     replicad, prefix, group = _pipeline(
-        tmp_path, memory_kafka, name, 7614,
+        tmp_path, kafka, name, 7614,
         f"{{url: 'redis://127.0.0.1:{server.port}/0', timeout_s: 1}}",
         USERS_RULE % name, partitions=4, invalidate_yaml=f"redelete_after_ms: {REDELETE_MS}",
     )  # fmt: skip
@@ -440,7 +440,7 @@ def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_i
         assert _assigned(first, topic) and _assigned(second, topic)
         assert _assigned(first, topic) | _assigned(second, topic) == {0, 1, 2, 3}
         assert not _assigned(first, topic) & _assigned(second, topic)
-        _settled(replicad, memory_kafka, group, topic)
+        _settled(replicad, kafka, group, topic)
         assert not (stale := stale_entries(cache, conn)), stale[:10]
 
         killed: list[int] = []
@@ -456,7 +456,7 @@ def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_i
         assert killed
         wait_for(lambda: _assigned(second, topic) == {0, 1, 2, 3}, 30,
                  "the survivor to take every partition")  # fmt: skip
-        _settled(replicad, memory_kafka, group, topic)
+        _settled(replicad, kafka, group, topic)
         assert not (stale := stale_entries(cache, conn)), stale[:10]
         assert cache.dbsize() > 20  # the oracle had entries to judge
         assert second.stop() == 0

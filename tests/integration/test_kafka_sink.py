@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from tests.helpers.daemon_process import DaemonProcess, wait_for
-from tests.helpers.kafka_helpers import consume_all, start_broker, stop_broker
+from tests.helpers.kafka_helpers import PrivateKafka, consume_all
 from tests.helpers.kafka_run import (
     BackgroundWriter,
     KafkaReplicad,
@@ -108,11 +108,12 @@ def test_random_workload_folds_to_the_tables(shop, kafka, tmp_path) -> None:
     assert any(n == 2 for n in pk_changes.values()), "no primary-key change was published"
 
 
-def test_kafka_outage_and_sigkill_lose_nothing(shop, kafka, tmp_path) -> None:
+def test_kafka_outage_and_sigkill_lose_nothing(shop, private_kafka: PrivateKafka, tmp_path) -> None:
     """The broker stopped for >= 30 s while MariaDB keeps writing: reading pauses on a full
     producer queue, the stored position does not move; replicad SIGKILLed during the outage
     and restarted; nothing is lost and duplicates come only from the unacknowledged window."""
     conn, db = shop
+    kafka = private_kafka.bootstrap
     prefix = f"k{uuid.uuid4().hex[:8]}"
     replicad = KafkaReplicad(
         tmp_path, server_id=7102, prefix=prefix, kafka=kafka, kafka_yaml="max_in_flight: 300"
@@ -123,7 +124,7 @@ def test_kafka_outage_and_sigkill_lose_nothing(shop, kafka, tmp_path) -> None:
     try:
         wait_for(lambda: (replicad.position() or {}).get("pos") is not None, 20, "a checkpoint")
         time.sleep(1.0)
-        stop_broker()
+        private_kafka.stop()
         outage_started = time.monotonic()
         try:
             time.sleep(5.0)  # in-flight messages give up their retries; no ack arrives anymore
@@ -144,7 +145,7 @@ def test_kafka_outage_and_sigkill_lose_nothing(shop, kafka, tmp_path) -> None:
             time.sleep(max(0.0, 32.0 - (time.monotonic() - outage_started)))
             assert replicad.position() == frozen, "the restarted daemon moved the position"
         finally:
-            start_broker()
+            private_kafka.start()
         outage_s = time.monotonic() - outage_started
         time.sleep(3.0)
     finally:

@@ -81,7 +81,7 @@ def test_tls_notices_arrive_and_an_unknown_ca_stops_the_daemon_with_78(db, tmp_p
         broker.down()
 
 
-def test_envelope_notices_equal_the_kafka_values(db, memory_kafka, tmp_path) -> None:
+def test_envelope_notices_equal_the_kafka_values(db, kafka, tmp_path) -> None:
     """With `envelope: true` beside the Kafka sink, each notice is the value Kafka got for
     the same change (primary-key change, delete and TRUNCATE included), but for the
     envelope's top-level `ts_ms`, each sink's own processing time."""
@@ -93,7 +93,7 @@ def test_envelope_notices_equal_the_kafka_values(db, memory_kafka, tmp_path) -> 
     prefix = f"e{uuid.uuid4().hex[:6]}"
     daemon = mqtt_daemon(
         tmp_path / "replicad", broker.port, prefix, name, ", envelope: true", server_id=7623,
-        sinks_extra=f"\n  kafka: {{bootstrap_servers: '{memory_kafka}', prefix: {prefix}}}",
+        sinks_extra=f"\n  kafka: {{bootstrap_servers: '{kafka}', prefix: {prefix}}}",
     )  # fmt: skip
     broker.up()
     subscriber: Subscriber | None = None
@@ -114,7 +114,7 @@ def test_envelope_notices_equal_the_kafka_values(db, memory_kafka, tmp_path) -> 
         conn.commit()
         target = master_gtid()
         wait_for(lambda: _reached(daemon, target), 30, "the position to pass every change")
-        records = [r for r in consume_all(memory_kafka, [f"{prefix}.{name}.m"], idle_s=2.0)
+        records = [r for r in consume_all(kafka, [f"{prefix}.{name}.m"], idle_s=2.0)
                    if r.value is not None]  # fmt: skip
 
         def by_change(values: list[dict]) -> dict[tuple, dict]:

@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.daemon_process import ROOT, wait_for
 from tests.helpers.http import http_json, sample
-from tests.helpers.kafka_helpers import start_broker, stop_broker
+from tests.helpers.kafka_helpers import PrivateKafka
 from tests.helpers.kafka_run import (
     BackgroundWriter,
     KafkaReplicad,
@@ -102,7 +102,10 @@ def _row_changes(records: list[Any]) -> int:
     return len(seen)
 
 
-def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(shop, kafka, tmp_path) -> None:
+def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(
+    shop, private_kafka: PrivateKafka, tmp_path
+) -> None:
+    kafka = private_kafka.bootstrap
     _conn, db = shop
     prefix = f"m{uuid.uuid4().hex[:8]}"
     port = _free_port()
@@ -140,7 +143,7 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(shop, kafka, tmp
         # /readyz says why; back: the lag falls and /readyz is 200 again.
         writer = BackgroundWriter(db, seed=12, pause_s=0.05)
         writer.start()
-        stop_broker()
+        private_kafka.stop()
         try:
             wait_for(lambda: http_json(base + "/readyz")[0] == 503, 20, "/readyz 503 without Kafka")
             body = http_json(base + "/readyz")[1]
@@ -157,7 +160,7 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(shop, kafka, tmp
             assert second >= first + 2.0, (first, second, direct, http_json(base + "/readyz"))
             assert second >= 5.0
         finally:
-            start_broker()
+            private_kafka.start()
             writer.stop()
         wait_caught_up(replicad, timeout=120)
         _wait_value(lambda: (prometheus.query(lag), http_json(base + "/readyz")[1]),

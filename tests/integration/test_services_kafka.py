@@ -1,14 +1,17 @@
-"""The services the replicad tests build on, checked for what those tests assume: the Kafka
-broker keeps acknowledged messages across a graceful restart (its storage is the s3 service,
-which outlives the broker), the read-back helpers see everything in order, and ZooKeeper
-answers.
+"""The services the replicad tests build on, checked for what those tests assume: Apache Kafka
+(fetched from Maven Central by scripts/services.sh) keeps acknowledged messages across a graceful
+restart, hides aborted transactions from read_committed readers, does not create topics on its
+own; the read-back helpers see everything in order; ZooKeeper answers.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -16,14 +19,15 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.helpers.kafka_helpers import (
+    SERVICES,
+    PrivateKafka,
     consume_all,
     create_topics,
     delete_topics,
     fold_by_key,
     key_text,
-    start_broker,
-    stop_broker,
 )
+from tests.helpers.ports import free_port_block
 
 pytestmark = pytest.mark.integration
 
@@ -81,17 +85,19 @@ def _refuses(port: int) -> bool:
 
 
 def test_acknowledged_messages_survive_a_graceful_broker_restart(
-    kafka: str, topic_prefix: str
+    private_kafka: PrivateKafka,
 ) -> None:
+    kafka = private_kafka.bootstrap
+    topic_prefix = "restart"
     topic = f"{topic_prefix}-durable"
     create_topics(kafka, [topic])
     n = 500
     sent = [(f"k{i}".encode(), f"value {i}".encode() * 4) for i in range(n)]
     _produce(kafka, [(topic, 0, k, v) for k, v in sent])
 
-    stop_broker()
-    assert _refuses(int(kafka.rsplit(":", 1)[1])), "the broker still accepts connections"
-    start_broker()
+    private_kafka.stop()
+    assert _refuses(private_kafka.port), "the broker still accepts connections"
+    private_kafka.start()
 
     records = consume_all(kafka, [topic], idle_s=2.0)
     assert [(r.key, r.value) for r in records] == sent
@@ -146,3 +152,59 @@ def test_zookeeper_answers_ruok(zookeeper: str) -> None:
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"ruok")
         assert sock.recv(16) == b"imok"
+
+
+def test_without_maven_central_up_kafka_fails_with_one_line_naming_the_artifact(
+    tmp_path: Path,
+) -> None:
+    """A machine that cannot reach Maven Central: `up kafka` fails at once, saying what it
+    tried to fetch, instead of a Maven log or a broker that never comes."""
+    settings = tmp_path / "settings.xml"
+    settings.write_text(
+        "<settings><mirrors><mirror><id>nowhere</id><mirrorOf>*</mirrorOf>"
+        "<url>http://127.0.0.1:9/maven2</url></mirror></mirrors></settings>"
+    )
+    env = {
+        **os.environ,
+        "REPLICAD_SERVICES_DIR": str(tmp_path / "services"),
+        "REPLICAD_MAVEN_ARGS": f"-s {settings} -Dmaven.repo.local={tmp_path / 'm2'}",
+        "REPLICAD_KAFKA_PORT": str(free_port_block(2)),
+    }
+    result = subprocess.run(
+        ["bash", str(SERVICES), "up", "kafka"], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if "cannot fetch" in line]
+    assert len(lines) == 1, result.stderr
+    assert "org.apache.kafka:kafka_2.13:4.4.0 from Maven Central" in lines[0]
+    assert "127.0.0.1:9" in lines[0], lines[0]
+
+
+def test_the_broker_hides_aborted_transactions_and_creates_no_topic_itself(
+    kafka: str, topic_prefix: str
+) -> None:
+    """What the exactly-once tests build on: read_committed shows the committed transaction
+    only, read_uncommitted shows both; producing to a missing topic does not create it."""
+    topic = f"{topic_prefix}-txn"
+    create_topics(kafka, [topic])
+    producer = Producer({"bootstrap.servers": kafka, "transactional.id": f"{topic}-tx"})
+    producer.init_transactions(30)
+    for outcome in ("abort", "commit"):
+        producer.begin_transaction()
+        producer.produce(topic, key=outcome.encode(), value=outcome.encode())
+        producer.flush(30)
+        getattr(producer, f"{outcome}_transaction")(30)
+    committed = consume_all(kafka, [topic], idle_s=1.0)
+    everything = consume_all(kafka, [topic], idle_s=1.0, isolation="read_uncommitted")
+    assert [r.value for r in committed] == [b"commit"]
+    assert [r.value for r in everything] == [b"abort", b"commit"]
+
+    missing = f"{topic_prefix}-never-created"
+    errors: list[KafkaError] = []
+    plain = Producer({"bootstrap.servers": kafka, "message.timeout.ms": 3000})
+    plain.produce(missing, value=b"x", on_delivery=lambda err, _msg: errors.append(err))
+    plain.flush(10)
+    assert errors and errors[0] is not None, "a message to a missing topic was delivered"
+    topics = AdminClient({"bootstrap.servers": kafka}).list_topics(timeout=10).topics
+    assert missing not in topics

@@ -89,11 +89,8 @@ def _lake(spark, path: Path) -> dict[int, dict] | None:
 
 
 def test_the_materialize_job_keeps_the_lake_table_equal_through_kills_and_an_alter(
-    db, memory_kafka, spark, tmp_path
+    db, kafka, spark, tmp_path
 ) -> None:
-    """(The broker is a private memory-backed tansu: the workload commits one row per
-    transaction, and the S3-backed one serves such small batches at about one a second.)"""
-    kafka = memory_kafka
     conn, name = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40))")
@@ -151,9 +148,7 @@ def _run(conn, name, spark, replicad, writer, job, lake_root) -> None:
     assert "extra" in next(iter(_lake(spark, path).values()))
 
 
-def test_the_changes_job_appends_each_record_once_across_runs(
-    db, memory_kafka, spark, tmp_path
-) -> None:
+def test_the_changes_job_appends_each_record_once_across_runs(db, kafka, spark, tmp_path) -> None:
     """`replicad spark changes --once`, twice, with changes published in between: the Parquet
     history under db=/table=/date= holds every record of the topic exactly once (Spark's file
     sink log and the checkpoint: the second run starts where the first ended)."""
@@ -162,7 +157,7 @@ def test_the_changes_job_appends_each_record_once_across_runs(
         cur.execute("CREATE TABLE h (id INT PRIMARY KEY, v DECIMAL(10,2), at DATETIME(6))")
     replicad = KafkaReplicad(
         tmp_path / "replicad", server_id=7193, prefix=f"h{uuid.uuid4().hex[:8]}",
-        kafka=memory_kafka,
+        kafka=kafka,
         extra_yaml=(
             f"spark: {{changes_path: '{tmp_path / 'changes'}', "
             f"checkpoint_path: '{tmp_path / 'ckpt'}', tables: '{name}\\.h'}}\n"

@@ -75,7 +75,7 @@ def _by_kind(report: dict) -> dict[str, object]:
 
 
 def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
-    db, memory_kafka, spark, tmp_path
+    db, kafka, spark, tmp_path
 ) -> None:
     conn, name = db
     rng = random.Random(17)
@@ -95,7 +95,7 @@ def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
     lake, checkpoints = tmp_path / "lake", tmp_path / "ckpt"
     replicad = KafkaReplicad(
         tmp_path / "replicad", server_id=7301, prefix=f"v{uuid.uuid4().hex[:8]}",
-        kafka=memory_kafka,
+        kafka=kafka,
         extra_yaml=(
             "snapshot: {mode: initial, chunk_rows: 100}\n"
             f"filters: {{include: ['{name}\\.(t|k)']}}\n"
