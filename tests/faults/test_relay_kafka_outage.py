@@ -29,7 +29,7 @@ from tests.helpers.kafka_run import (
 )
 from tests.helpers.position_cli import master_status as binlog_end
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.serial]
 
 OUTAGE_S = float(os.environ.get("REPLICAD_RELAY_OUTAGE_S", "35"))
 

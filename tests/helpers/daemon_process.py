@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,20 @@ from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD_ENV = "TEST_REPLICAD_PASSWORD"
+
+
+def worker_server_id(server_id: int) -> int:
+    """The replica server_id a test uses, made unique per pytest-xdist worker: two replicas
+    registering one server_id with the same primary make it end the older one's dump, so tests
+    running side by side must never share one (worker gw<N> adds N * 100000)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return server_id + 100_000 * int(worker.removeprefix("gw") or 0)
+
+
+def _with_worker_server_id(source_yaml: str) -> str:
+    return re.sub(
+        r"(\bserver_id: )(\d+)", lambda m: m[1] + str(worker_server_id(int(m[2]))), source_yaml
+    )
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -52,7 +67,7 @@ class DaemonProcess:
         self.password = password
         self.config.write_text(
             f"pipeline: {pipeline}\n"
-            f"source:\n{source_yaml}  password_env: {PASSWORD_ENV}\n"
+            f"source:\n{_with_worker_server_id(source_yaml)}  password_env: {PASSWORD_ENV}\n"
             f"sinks:\n{sinks_yaml or f'  stdout: {{path: {self.out}}}'}\n"
             f"coordination:\n  local: {{path: {self.position_file}}}\n"
             f"log: {{format: json, level: {log_level}}}\n" + extra_yaml

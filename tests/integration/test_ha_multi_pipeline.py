@@ -17,7 +17,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
+from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for, worker_server_id
 from tests.helpers.mariadb import MARIADB_PORT
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 def write_config(path: Path, pipeline: str, server_id: int, zookeeper: str, root: str) -> None:
     path.write_text(
         f"pipeline: {pipeline}\n"
-        f"source: {{port: {MARIADB_PORT}, password: repl, server_id: {server_id}, "
+        f"source: {{port: {MARIADB_PORT}, password: repl, server_id: {worker_server_id(server_id)}, "
         "heartbeat_s: 1}\n"
         f"sinks: {{stdout: {{path: {path.parent / (pipeline + '.jsonl')}}}}}\n"
         f"coordination:\n  zookeeper: {{hosts: '{zookeeper}', root: {root}, "

@@ -26,7 +26,7 @@ from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import RowsEvent
 from tests.helpers.binlog_helpers import binlog_files_since, binlog_position, changes_since
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -14,7 +14,7 @@ from tests.helpers.daemon_process import wait_for
 from tests.helpers.mariadb_run import Replicad
 from tests.helpers.position_cli import cli, master_status
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def stored(replicad: Replicad) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from tests.helpers.mariadb_run import (
 )
 from tests.helpers.tcp_proxy import FaultProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parents[2]
 
 

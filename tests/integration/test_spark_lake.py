@@ -33,7 +33,7 @@ from replicad.spark.types import table_struct
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def _float32(value: float) -> float:

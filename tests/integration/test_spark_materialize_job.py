@@ -22,7 +22,7 @@ from replicad.spark.lake import LakeError, read_lake_table
 from tests.helpers.daemon_process import ROOT, wait_for
 from tests.helpers.kafka_run import BackgroundWriter, KafkaReplicad, wait_caught_up
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 ROWS = 3000
 

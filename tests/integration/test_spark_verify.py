@@ -29,7 +29,7 @@ from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 from tests.helpers.mariadb import connect_root
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 @settings(max_examples=300, deadline=None)
