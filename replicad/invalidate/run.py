@@ -111,10 +111,6 @@ class Invalidator:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "topic.metadata.refresh.interval.ms": 5000,  # new tables' topics found soon
-            # A fetch waits at most 10 ms for data (librdkafka: 500). Measured at 5k rows/s
-            # on the test broker, commit -> key gone went from p50 208 ms to 60 ms; the cost
-            # is up to 100 fetch requests a second per broker while idle.
-            "fetch.wait.max.ms": 10,
             **shared_settings(kafka),
             **settings.consumer,
         }
