@@ -43,7 +43,14 @@ from replicad.binlog.events import (
 )
 from replicad.binlog.payload import decompress_mariadb, iter_payload_events, parse_payload_header
 from replicad.binlog.query_status import parse_status_vars
-from replicad.binlog.rows import ROWS_TYPES, RowsEvent, TableMapEvent, parse_rows, parse_table_map
+from replicad.binlog.rows import (
+    ROWS_TYPES,
+    RowsEvent,
+    TableMapEvent,
+    parse_rows,
+    parse_table_map,
+    year_has_signedness_bit,
+)
 from replicad.errors import (
     BinlogError,
     ChecksumError,
@@ -122,6 +129,8 @@ class BinlogParser:
         self.post_header_lengths: bytes = b""
         self.table_id_size = 6
         self.mariadb = False
+        # Until a FORMAT_DESCRIPTION says otherwise: a current server (MySQL 8.0.21+, MariaDB).
+        self.year_signedness = True
         self.table_maps: dict[int, TableMapEvent] = {}
         self._dispatch: dict[int, Callable[[EventHeader, bytes], Event]] = {
             EventType.FORMAT_DESCRIPTION: self._fde,
@@ -284,6 +293,7 @@ class BinlogParser:
         self.checksum_alg = alg
         self.post_header_lengths = post_headers
         self.mariadb = event.is_mariadb
+        self.year_signedness = year_has_signedness_bit(version_tuple(server_version), self.mariadb)
         table_map_post = self._post_header_len(EventType.TABLE_MAP)
         self.table_id_size = 4 if table_map_post == 6 else 6
         self.table_maps.clear()
@@ -512,7 +522,9 @@ class BinlogParser:
     # ------------------------------------------------------------------ rows
 
     def _table_map(self, header: EventHeader, body: bytes) -> TableMapEvent:
-        event = parse_table_map(header, body, self.table_id_size, self.mariadb)
+        event = parse_table_map(
+            header, body, self.table_id_size, self.mariadb, year_signedness=self.year_signedness
+        )
         self.table_maps[event.table_id] = event
         return event
 

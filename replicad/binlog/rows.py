@@ -113,6 +113,8 @@ class TableMapEvent(Event):
     has_charsets: bool = False
     default_charset: int | None = None
     mariadb: bool = False
+    # Whether the SIGNEDNESS field gives YEAR a bit (see year_has_signedness_bit).
+    year_signedness: bool = True
     layout_key: bytes = b""  # the event body after the table id: equal keys, equal layouts
     _decoders: dict[tuple[int, bool], RowImageDecoder] = field(default_factory=dict, repr=False)
 
@@ -130,8 +132,9 @@ class TableMapEvent(Event):
         decoder = self._decoders.get((present, accelerated))
         if decoder is None:
             # Every transaction repeats its TABLE_MAPs: share compiled decoders between
-            # maps that describe the same layout (same bytes apart from the table id).
-            key = (self.layout_key, present, self.mariadb, accelerated)
+            # maps that describe the same layout (same bytes apart from the table id) and
+            # read them the same way (the server's YEAR signedness rule).
+            key = (self.layout_key, present, self.mariadb, self.year_signedness, accelerated)
             decoder = _SHARED_DECODERS.pop(key, None) or self._compile(present, accelerated)
             _SHARED_DECODERS[key] = decoder
             if len(_SHARED_DECODERS) > _SHARED_DECODERS_MAX:
@@ -223,7 +226,7 @@ class TableMapEvent(Event):
 
 # Least-recently-used cache of compiled row decoders, shared by all parsers (it is keyed by
 # the complete layout, so sharing is safe).
-_SHARED_DECODERS: dict[tuple[bytes, int, bool, bool], RowImageDecoder] = {}
+_SHARED_DECODERS: dict[tuple[bytes, int, bool, bool, bool], RowImageDecoder] = {}
 _SHARED_DECODERS_MAX = 4096
 
 
@@ -270,7 +273,19 @@ def _charset_field(buf: bytes, pos: int, end: int) -> tuple[int, dict[int, int]]
     return default, overrides
 
 
-def parse_table_map(header, body: bytes, table_id_size: int, mariadb: bool) -> TableMapEvent:
+def year_has_signedness_bit(server_version: tuple[int, int, int], mariadb: bool) -> bool:
+    """Does a TABLE_MAP's SIGNEDNESS field hold a bit for each YEAR column? MariaDB's YEAR is
+    an unsigned TINYINT underneath and always gets one. MySQL 8.0.1-8.0.20 wrote bits only
+    for is_numeric_type() (integers, FLOAT, DOUBLE, NEWDECIMAL); from 8.0.21 (8.4, 9.x) the
+    server uses has_signedess_information_type(), which adds YEAR (and the pre-5.0 DECIMAL,
+    which no table made since can hold). A YEAR skipped or counted wrongly shifts the bits of
+    every later numeric column: a signed INT -5 becomes 4294967291."""
+    return mariadb or server_version >= (8, 0, 21)
+
+
+def parse_table_map(
+    header, body: bytes, table_id_size: int, mariadb: bool, *, year_signedness: bool = True
+) -> TableMapEvent:
     need(body, 0, table_id_size + 2, "TABLE_MAP post-header")
     table_id = int.from_bytes(body[0:table_id_size], "little")
     flags = struct.unpack_from("<H", body, table_id_size)[0]
@@ -303,6 +318,7 @@ def parse_table_map(header, body: bytes, table_id_size: int, mariadb: bool) -> T
         column_metas=tuple(metas),
         null_bits=null_bits,
         mariadb=mariadb,
+        year_signedness=year_signedness,
         layout_key=bytes(body[table_id_size:]),
     )
     columns = []
@@ -325,8 +341,7 @@ def parse_table_map(header, body: bytes, table_id_size: int, mariadb: bool) -> T
 
 def _apply_optional_metadata(event: TableMapEvent, body: bytes, pos: int) -> None:
     columns = event.columns
-    # MariaDB's YEAR is an unsigned TINYINT underneath and gets a signedness bit; MySQL's not.
-    numeric_types = NUMERIC_TYPES | ({ColumnType.YEAR} if event.mariadb else set())
+    numeric_types = NUMERIC_TYPES | ({ColumnType.YEAR} if event.year_signedness else set())
     numeric = [c for c in columns if c.type_code in numeric_types]
     # MariaDB's GEOMETRY is a BLOB underneath and gets a charset slot; MySQL's does not, but
     # MySQL 9 gives VECTOR one (is_character_type() in its log_event.cc).

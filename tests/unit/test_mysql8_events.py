@@ -83,8 +83,9 @@ def parse_all(parser: BinlogParser, events: list[bytes], start: int = FIRST_POS)
 #                        amount DECIMAL(10,2), j JSON, y YEAR, u INT UNSIGNED)
 # with binlog_row_metadata=FULL. Metadata bytes as Field::do_save_field_metadata writes them:
 # VARCHAR max byte length u16 (20 chars * 4 = 80), NEWDECIMAL precision then scale, JSON the
-# 4-byte length size; INT and YEAR carry none. SIGNEDNESS has one bit per numeric column
-# (is_numeric_type in sql/log_event.cc: id, amount, u - YEAR is not numeric for MySQL).
+# 4-byte length size; INT and YEAR carry none. SIGNEDNESS has one bit per column of
+# has_signedess_information_type (sql/field_common_properties.h, MySQL 8.0.21+: id, amount,
+# y, u - YEAR included; the FDE here says 8.0.36).
 # ------------------------------------------------------------------------------------------
 
 ORDERS_ID = 108
@@ -98,7 +99,7 @@ ORDERS_COLUMNS = [
     ev.Col(ev.T_LONG),
 ]
 ORDERS_OPTIONAL = (
-    ev.opt_signedness([False, False, True])
+    ev.opt_signedness([False, False, False, True])
     + ev.opt_default_charset(ev.UTF8MB4_0900_AI_CI)
     + ev.opt_column_names(ORDERS_NAMES)
     + ev.opt_simple_primary_key([0])
