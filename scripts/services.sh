@@ -29,7 +29,8 @@
 #       a private 3-node Apache Kafka cluster under <dir>/kafka1..kafka3 (replication factor 3,
 #       min.insync.replicas 2); member N (1-3) serves clients on base+N-1, its controller on
 #       base+9+N; without members, the action is on all three; down stops them all at once
-# Services: mariadb, kafka (Apache Kafka 4.4 from Maven Central, KRaft, 9092 + controller
+# Services: mariadb, mysql (MySQL 9.7 in a Debian sid chroot, 3307: scripts/services-mysql.sh),
+# kafka (Apache Kafka 4.4 from Maven Central, KRaft, 9092 + controller
 # 9093), zookeeper, redis, mosquitto.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
 set -euo pipefail
@@ -41,10 +42,12 @@ KAFKA_PORT=${REPLICAD_KAFKA_PORT:-9092}
 ZK_PORT=${REPLICAD_ZK_PORT:-2181}
 REDIS_PORT=${REPLICAD_REDIS_PORT:-6390}  # not 6379: a Redis of someone else's may listen there
 MQTT_PORT=${REPLICAD_MQTT_PORT:-1890}  # not 1883, likewise
-ALL_SERVICES=(mariadb kafka zookeeper redis mosquitto)
+ALL_SERVICES=(mariadb mysql kafka zookeeper redis mosquitto)
 
 # shellcheck source=scripts/services-common.sh
 . "$ROOT/scripts/services-common.sh"
+# shellcheck source=scripts/services-mysql.sh
+. "$ROOT/scripts/services-mysql.sh"
 
 # ---------------------------------------------------------------- MariaDB
 mariadb_dir="$STATE/mariadb"
