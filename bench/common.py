@@ -1,5 +1,6 @@
 """What the benchmarks share: child processes (run one and sample its peak RSS, the JSON result
-a child prints), CPU figures from /proc, and the plain-text result tables.
+a child prints), CPU figures from /proc, a private Apache Kafka, and the plain-text result
+tables.
 
 Imported as `common` when a script runs as `python bench/X.py` (bench/ is sys.path[0]) and as
 `bench.common` when it is imported as a module."""
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+SERVICES_SCRIPT = ROOT / "scripts" / "services.sh"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RSS_SAMPLE_SECONDS = 0.005
 
@@ -72,6 +76,71 @@ def paced_writer(
             if delay > 0:
                 time.sleep(delay)
     conn.close()
+
+
+# --------------------------------------------------------------------------- a private Kafka
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count: int, low: int = 21000, high: int = 32000) -> int:
+    """The first of `count` consecutive free ports on 127.0.0.1, below the kernel's ephemeral
+    range (as tests/helpers/ports.py, which bench/ cannot import when run as a script)."""
+    for _ in range(200):
+        base = random.randrange(low, high - count)
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no block of {count} free ports found")
+
+
+class PrivateKafka:
+    """A private single-node Apache Kafka (KRaft, broker and controller in one JVM) started for
+    one benchmark run by `scripts/services.sh kafka-instance` in `directory`, on a free port
+    (its controller on the next one): nobody else's topics, load or restarts. Its data is on
+    disk in `directory`; the JVM heap is REPLICAD_KAFKA_HEAP (default 768m)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _services(self, action: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            ["bash", str(SERVICES_SCRIPT), "kafka-instance", action, str(self.directory),
+             str(self.port)],
+            check=False, timeout=timeout,
+        )  # fmt: skip
+
+    def start(self) -> str:
+        """Start it (formatting its storage); returns the bootstrap address once a metadata
+        round trip lists the broker."""
+        self.port = free_port_block(2)
+        if self._services("up", 300).returncode != 0:
+            raise SystemExit(
+                f"the private Kafka on {self.bootstrap} did not start; see "
+                f"{self.directory / 'kafka.log'}"
+            )
+        return self.bootstrap
+
+    @property
+    def pid(self) -> int:
+        """The broker's JVM (for CPU accounting)."""
+        return int((self.directory / "kafka.pid").read_text().split()[0])
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM; the script SIGKILLs it after 30 s)."""
+        if self.port:
+            self._services("down", 120)
 
 
 # --------------------------------------------------------------------------- processes

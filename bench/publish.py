@@ -11,7 +11,7 @@
      (`iter_row_changes(iter_file_events())`, decode.py's child) and python-mysql-replication
      streaming the same range from the server (decode.py's peer child).
   3. Publishing: `replicad run` from the position before the workload into a private
-     in-memory tansu (bench/e2e.py's MemoryBroker), at-least-once (the sink's defaults) and
+     single-node Apache Kafka (common.PrivateKafka), at-least-once (the sink's defaults) and
      exactly-once, each into its own pipeline/topic prefix, relay log off; then at-least-once
      again with the relay log on. replicad's own CPU (utime+stime from /proc, the broker
      excluded) from spawn to the last message consumed, and from the first message consumed
@@ -66,7 +66,6 @@ UPDATE_SQL = "UPDATE t SET n = n + 1, s = CONCAT(s, 'u') WHERE id BETWEEN {} AND
 DELETE_SQL = "DELETE FROM t WHERE id BETWEEN {} AND {}"
 REPLICAD_SERVER_ID = 91243  # e2e.py's replicad uses 91235, decode.py's peer 91234
 PEER_SERVER_ID = 91244
-FETCH_WAIT_MS = 10  # e2e.py's consumer setting for the memory broker
 LATENCY_RATES = ((5_000, 100), (50_000, 1_000))  # rows/s offered, rows per transaction
 TARGET_DUMP_OVER_MARIADB = 1.0
 TARGET_DECODE_OVER_PEER = 25.0
@@ -334,10 +333,7 @@ def configure(
     config["sinks"]["kafka"]["producer_processes"] = producers
     if producers > 1:
         # A partition count that is a multiple of N gives each producer process partitions of
-        # its own (both split by crc32 of the key). It also keeps clear of the private tansu's
-        # memory engine losing records when two producers append to one partition at once:
-        # two plain confluent-kafka producers, 400,000 messages each into one partition, all
-        # acknowledged, 798,136 of 800,000 readable (2026-11-26).
+        # its own (both split by crc32 of the key): the layout docs/performance.md advises.
         config["sinks"]["kafka"]["topics"] = {"partitions": producers}
     config["relay"] = {"enabled": relay, "directory": str(replicad.workdir / "relay")}
     replicad.config_path.write_text(json.dumps(config, indent=2) + "\n")
@@ -354,9 +350,7 @@ def publish_run(
     the last message consumed. replicad is left running (the caller stops it). keep_samples:
     every k-th message's (key, value, headers), about FLOOR_SAMPLES spread over the whole
     stream, pickled for the librdkafka floor, and the total key and value bytes."""
-    reader = e2e.TopicReader(
-        replicad.bootstrap, f"{replicad.pipeline}.{DATABASE}.{table}", FETCH_WAIT_MS
-    )
+    reader = e2e.TopicReader(replicad.bootstrap, f"{replicad.pipeline}.{DATABASE}.{table}")
     expected = {**plan.counts(), "tombstones": plan.deletes}
     counts = dict.fromkeys(expected, 0)
     wanted = sum(expected.values())
@@ -433,7 +427,7 @@ def latency_runs(
     """e2e.py's latency phase at each offered rate, replicad running and caught up."""
     topic = f"{replicad.pipeline}.{e2e.DATABASE}.{e2e.LATENCY_TABLE}"
     e2e.create_topic(replicad.bootstrap, topic)
-    reader = e2e.TopicReader(replicad.bootstrap, topic, FETCH_WAIT_MS)
+    reader = e2e.TopicReader(replicad.bootstrap, topic)
     out = []
     first_id = 1
     try:
@@ -591,7 +585,7 @@ def measure_floor(
     callback: bool,
 ) -> dict[str, Any]:
     """child_floor in a child process (CPU from wait4: its own, the broker's excluded), the
-    at-least-once run's message count and samples, into a new topic of the memory broker."""
+    at-least-once run's message count and samples, into a new topic of the private Kafka."""
     topic = f"publish-floor-{uuid.uuid4().hex[:6]}.{DATABASE}.{TABLE}"
     e2e.create_topic(bootstrap, topic)  # replicad creates its topics too, before producing
     from replicad.sinks.kafka import POLL_EVERY
@@ -725,7 +719,8 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         f"({b['seconds']:.1f} s); {os.cpu_count()} CPUs, load average at start "
         f"{results['loadavg_start']}; compiled decoder available: {results['compiled']}; "
         f"bytecode written before the runs: {results['bytecode']['ok']} "
-        f"(PYTHONDONTWRITEBYTECODE={results['bytecode']['PYTHONDONTWRITEBYTECODE']!r})"
+        f"(PYTHONDONTWRITEBYTECODE={results['bytecode']['PYTHONDONTWRITEBYTECODE']!r}); "
+        f"broker: {results.get('broker', 'not started')}"
     )
     code = results["code"]
     print(
@@ -785,9 +780,9 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         if p["counts"] != p["expected"]:
             problems.append(f"{name}: consumed {p['counts']}, expected {p['expected']}")
         if p.get("exit_code") not in (0, None):
-            # All its messages were consumed, but a stop that fails is a finding (its log stays
-            # in the kept temp dir; tansu shows uncommitted records, so exactly-once may not
-            # have committed its last batch).
+            # All its messages were consumed (read_committed: exactly-once's transactions had
+            # committed), but a stop that fails is a finding (its log stays in the kept temp
+            # dir).
             problems.append(f"{name}: replicad exited {p['exit_code']} when stopped")
     for f in results.get("floor", []):
         if f.get("error"):
@@ -865,7 +860,7 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
     if latency_lines:
         print(
             "\nLatency commit (ts = NOW(6)) -> consumed, at-least-once replicad caught up "
-            f"(bench/e2e.py's writer; consumer fetch.wait.max.ms {FETCH_WAIT_MS}):"
+            "(bench/e2e.py's writer):"
         )
         print(
             common.grid(
@@ -1172,9 +1167,6 @@ def run(args: argparse.Namespace) -> int:
     decode.ensure_server(server)
     plan = decode.Plan.for_rows(args.rows)
     workdir = Path(tempfile.mkdtemp(prefix="replicad-publish-"))
-    binary = Path(args.tansu) if args.tansu else e2e.tansu_binary()
-    if binary is None or not binary.exists():
-        raise SystemExit("no tansu binary: run `bash scripts/services.sh up kafka` or --tansu")
     results: dict[str, Any] = {
         "args": {k: v for k, v in vars(args).items() if k not in ("child", "spec")},
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -1192,7 +1184,7 @@ def run(args: argparse.Namespace) -> int:
         # before the workload: replicad's schema snapshot at start knows it.
         e2e.setup_database(server)
         databases.append(e2e.DATABASE)
-    broker = e2e.MemoryBroker(binary, workdir / "tansu.log")
+    broker = common.PrivateKafka(workdir / "kafka")
     try:
         print(f"workload: {plan.total:,} row changes into {DATABASE}.{TABLE} ...", file=sys.stderr)
         binlog = make_binlog(server, plan, workdir / "binlog")
@@ -1209,8 +1201,8 @@ def run(args: argparse.Namespace) -> int:
                     f"{d['name']} counted {d['counts']}, the workload made {plan.counts()}"
                 )
         bootstrap = broker.start()
-        assert broker.proc is not None
-        pids = {"tansu (private, memory)": broker.proc.pid}
+        pids = {"kafka (private)": broker.pid}
+        results["broker"] = f"private Apache Kafka (KRaft, one node) on {bootstrap}"
         pids.update({k: v for k, v in e2e.service_pids().items() if k == "mariadbd"})
         latency_seconds = 0.0 if args.skip_latency else args.latency_seconds
         runs: list[tuple[str, dict[str, Any]]] = [
@@ -1284,7 +1276,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="ROWS",
         help="also one transaction of ROWS inserts: replicad dump and run, peak RSS (0: off)",
     )
-    parser.add_argument("--tansu", help="tansu binary (default: scripts/services.sh's tools venv)")
     parser.add_argument("--child", choices=("decode", "peer", "floor"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -1,14 +1,14 @@
 """`replicad spark materialize` lag: from a commit on MariaDB to the row visible in the lake
 table, at an offered load, in one run on this machine.
 
-Pieces: the local MariaDB (scripts/services.sh), a private memory-backed tansu broker (as
-`bench/e2e.py --memory-broker`), `replicad run` publishing to it, and `replicad spark
-materialize` (local[2], `spark.trigger_s` 1) keeping two lake tables: `load`, written at
-`--rate` rows/s (transactions of 100 rows), and `probe`, one row updated every 0.25 s with its
-commit time (UTC, to the microsecond). This process reads the probe table's current Parquet
-files (its manifest, with pyarrow: no Spark session here) every 50 ms; each probe value's lag is
-the time it was first seen minus the time it was committed. The job's own batch durations
-come from its log.
+Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
+(bench/common.py's PrivateKafka, as `bench/e2e.py --private-kafka`), `replicad run` publishing
+to it, and `replicad spark materialize` (local[2], `spark.trigger_s` 1) keeping two lake
+tables: `load`, written at `--rate` rows/s (transactions of 100 rows), and `probe`, one row
+updated every 0.25 s with its commit time (UTC, to the microsecond). This process reads the
+probe table's current Parquet files (its manifest, with pyarrow: no Spark session here) every
+50 ms; each probe value's lag is the time it was first seen minus the time it was committed.
+The job's own batch durations come from its log.
 
     python3 bench/spark_lag.py [--rate 5000] [--seconds 60]
 """
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     MARIADB_PORT,
     ROOT,
+    PrivateKafka,
     connect,
     grid,
     paced_writer,
@@ -41,7 +42,7 @@ from bench.common import (
     python_env,
     stop_process,
 )
-from bench.e2e import MemoryBroker, percentiles, tansu_binary
+from bench.e2e import percentiles
 
 DB = "bench_spark_lag"
 
@@ -79,11 +80,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args()
-    binary = tansu_binary()
-    if binary is None:
-        raise SystemExit("no tansu binary: bash scripts/services.sh up kafka installs it")
     work = Path(tempfile.mkdtemp(prefix="bench-spark-lag-"))
-    broker = MemoryBroker(binary, work / "tansu.log")
+    broker = PrivateKafka(work / "kafka")
     bootstrap = broker.start()
     prepare_load_database(DB, "id INT PRIMARY KEY, at DATETIME(6)", "1, UTC_TIMESTAMP(6)")
     config = work / "config.yaml"
