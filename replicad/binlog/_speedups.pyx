@@ -1029,8 +1029,8 @@ def mysql_json_text(bytes document) -> bytes:
 
 
 cdef int _put_decimal(Buf *b, ColOp *op, const unsigned char *q) except -2:
-    """str(Decimal) in quotes for a DECIMAL with a C-sized coefficient; -1 (nothing written)
-    where Python would use exponent notation (a value below 1e-6)."""
+    """values.decimal_text in quotes (plain digits with the column's scale, as MySQL prints
+    them) for a DECIMAL with a C-sized coefficient; -1 (nothing written) for a wider one."""
     cdef char text[64]
     cdef int n = replicad_decimal_text(q, op.arg1, op.ngroups, op.gbytes, op.gdigits, op.arg3,
                                        0, text)
@@ -1038,7 +1038,7 @@ cdef int _put_decimal(Buf *b, ColOp *op, const unsigned char *q) except -2:
     cdef int sign = 1 if text[0] == c'-' else 0
     cdef int digits = n - sign
     cdef int i
-    if n < 0 or digits - 1 - scale < -6:
+    if n < 0:
         return -1
     _put(b, b'"', 1)
     if sign:

@@ -27,6 +27,7 @@ import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from replicad.binlog import jsonb
 from replicad.binlog.charsets import decode_text
@@ -184,6 +185,13 @@ def format_time(value: dt.timedelta) -> str:
     minutes, secs = divmod(rest, 60)
     text = f"{'-' if negative else ''}{hours:02d}:{minutes:02d}:{secs:02d}"
     return text + (f".{us:06d}" if us else "")
+
+
+def decimal_text(value: Decimal) -> str:
+    """A DECIMAL as MySQL and MariaDB print it (SELECT CAST(d AS CHAR)): plain digits with the
+    column's scale, which the decoders keep as the Decimal's exponent. str() would switch to
+    exponent notation below 1e-6 (0E-8, 1.23E-7), and a SQL literal `0E-8` is a DOUBLE."""
+    return format(value, "f")
 
 
 # --------------------------------------------------------------------------- decoders by type

@@ -23,7 +23,7 @@ from replicad import __version__
 from replicad.binlog import jsonb
 from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.column_types import TableDescription
-from replicad.binlog.values import Geometry, format_time
+from replicad.binlog.values import Geometry, decimal_text, format_time
 
 if TYPE_CHECKING:
     from replicad.sinks.value_modes import ConnectSchemas
@@ -36,7 +36,7 @@ def _base64(value: bytes | bytearray | memoryview) -> str:
 # The common column types by exact type: one dict lookup instead of a chain of isinstance
 # (orjson calls `_default` for every value it cannot write itself).
 _BY_TYPE: dict[type, Any] = {
-    Decimal: str,
+    Decimal: decimal_text,
     bytes: _base64,
     bytearray: _base64,
     memoryview: _base64,
@@ -49,7 +49,7 @@ def _default(value: Any) -> Any:
     if convert is not None:
         return convert(value)
     if isinstance(value, Decimal):
-        return str(value)
+        return decimal_text(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, dt.datetime):

@@ -40,6 +40,7 @@ from replicad.binlog.column_types import (
 )
 from replicad.binlog.values import (
     Geometry,
+    decimal_text,
     float32_shortest,
     format_time,
     make_date,
@@ -170,7 +171,9 @@ class SnapshotColumn:
             return "NULL"
         if data_type in _INTEGERS or data_type in ("year", "bit"):
             return str(int(value))
-        if data_type in ("decimal", "double", "float"):
+        if data_type == "decimal":
+            return decimal_text(value)  # str() may write 0E-8: a DOUBLE to the server
+        if data_type in ("double", "float"):
             return repr(float(value)) if isinstance(value, float) else str(value)
         if data_type == "enum":
             assert self.members is not None
