@@ -263,4 +263,10 @@ class SparkJobError(ReplicadError):
 
 def _failure(table: str, error: Any) -> Exception:
     text = error.getMessage() if isinstance(error, StreamingQueryException) else str(error)
-    return SparkJobError(f"the lake query failed: {text.splitlines()[0][:2000]}", table=table)
+    lines = text.splitlines() or [text]
+    # An error of replicad's own source is the last line of a Python traceback that Spark
+    # puts after its own first line ("... Failed when Python streaming data source perform
+    # latestOffset: Traceback"): that line names the topic and partition, the first does not.
+    raised = [line for line in lines if line.startswith("replicad.") and "Error: " in line]
+    reason = raised[-1] if raised else lines[0]
+    return SparkJobError(f"the lake query failed: {reason[:2000]}", table=table)

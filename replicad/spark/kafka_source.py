@@ -14,17 +14,19 @@ Options (the Kafka ones named as Spark's Kafka source names them):
 - `topic` (default `{prefix}.{db}.{table}`), `schemaTopic` (default `{prefix}.schema`);
 - `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`.
 Offsets of a streaming query are kept in Spark's checkpoint, not in Kafka.
+
+Reads are read_committed: a partition ends at its last stable offset (before the first record
+of a transaction still open), and aborted records are never seen.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -41,13 +43,21 @@ from replicad.spark.types import change_row, change_schema, row_converter, row_s
 
 POLL_S = 1.0
 IDLE_POLLS = 30  # a partition that yields nothing for this many polls while short of its end
-END_CHECK_POLLS = 3  # empty polls that end the check of a partition's end
-END_CHECK_S = 2.0  # the longest check of a partition's end
+# The end of a range is a last stable offset, and only read_committed consumers are told it
+# (and skip aborted records): with read_uncommitted a range could end inside an open
+# transaction and yield records that are aborted later.
+ISOLATION = "read_committed"
 
 
 class SparkSourceError(ReplicadError):
     """A change topic that cannot be read as asked: a missing option, an unknown table or
     topic, a message of an unknown schema version, a broker that does not answer."""
+
+
+class OffsetPastEndError(SparkSourceError):
+    """A streaming query's checkpoint holds an offset past its partition's end, or a partition
+    the topic no longer has: the topic was deleted and created again, or its log truncated.
+    Read on, the query would wait for offsets that may never come, or skip the new records."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,13 @@ class Settings:
             for key, value in options.items()
             if key.startswith("kafka.")
         }
-        consumer.setdefault("isolation.level", "read_committed")
+        isolation = consumer.setdefault("isolation.level", ISOLATION)
+        if isolation != ISOLATION:
+            raise SparkSourceError(
+                "replicad-kafka reads read_committed only: a range's end is the last stable "
+                "offset, and aborted records must not reach the lake",
+                option="kafka.isolation.level", value=isolation,
+            )  # fmt: skip
         return cls(consumer, db, name, topic, schema_topic, starting, int(limit) if limit else None)
 
     def open(self) -> Consumer:
@@ -123,6 +139,7 @@ def messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
             message = consumer.poll(POLL_S)
             error = None if message is None else message.error()
             if message is None or (error is not None and error.code() == KafkaError._PARTITION_EOF):
+                # Markers and aborted records have no message: the position passes them.
                 position = consumer.position([tp])[0].offset
                 if position >= part.end:
                     return
@@ -155,34 +172,16 @@ def _offset(message: Message) -> int:
 
 
 def partition_bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
-    """The first offset and the end of a partition. The end the broker reports is checked
-    by reading on from it: a broker may report it short (the test broker, tansu, does after
-    multi-record batches). A correct broker answers with an end-of-partition event at once;
-    one that sends none (tansu at its end) ends the check after END_CHECK_POLLS empty polls,
-    and a partition written faster than it is read after END_CHECK_S: an end short of the
-    last record only leaves the rest to the next batch."""
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-    consumer.assign([TopicPartition(topic, partition, max(low, high))])
-    end = max(low, high)
-    idle = 0
-    deadline = time.monotonic() + END_CHECK_S
+    """The first offset and the end of a partition, as the broker reports them to a
+    read_committed consumer: the end is the last stable offset (the high watermark, or the
+    first offset of the oldest transaction still open)."""
     try:
-        while idle < END_CHECK_POLLS and time.monotonic() < deadline:
-            message = consumer.poll(POLL_S)
-            if message is None:
-                idle += 1
-                continue
-            idle = 0
-            error = message.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                return low, max(end, _offset(message))
-            if error is not None:
-                raise SparkSourceError(f"reading the change topic failed: {error}", topic=topic,
-                                       partition=partition)  # fmt: skip
-            end = max(end, _offset(message) + 1)
-        return low, end
-    finally:
-        consumer.unassign()
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+    except KafkaException as exc:
+        raise SparkSourceError(
+            f"the broker did not tell the partition's offsets: {exc.args[0]}",
+            topic=topic, partition=partition,
+        ) from None  # fmt: skip
 
 
 def read_schema_topic(settings: Settings) -> list[TypedSchema]:
@@ -221,7 +220,7 @@ def _first_named(record: dict[str, Any]) -> tuple[str, int, int]:
 
 def topic_ranges(settings: Settings, start: dict[str, int] | None) -> list[TopicRange]:
     """Every partition of the change topic from `start` (None: the starting offsets) to its
-    high watermark."""
+    end (the last stable offset)."""
     consumer = settings.open()
     try:
         metadata = consumer.list_topics(settings.topic, timeout=30)
@@ -239,6 +238,23 @@ def topic_ranges(settings: Settings, start: dict[str, int] | None) -> list[Topic
         return ranges
     finally:
         consumer.close()
+
+
+def check_within(topic: str, start: dict[str, int], ranges: list[TopicRange]) -> None:
+    """Raises OffsetPastEndError for an offset of `start` (a checkpoint) past its partition's
+    end, or of a partition the topic no longer has. An end only grows while the topic lives, so
+    either means that the checkpoint's records are gone; reading on would wait silently for
+    offsets that may never come, or skip the records of the new topic below them."""
+    ends = {str(r.partition): r.end for r in ranges}
+    for partition, offset in sorted(start.items(), key=lambda item: int(item[0])):
+        end = ends.get(partition)
+        if end is None or offset > end:
+            raise OffsetPastEndError(
+                "the query's checkpoint is past the end of the topic's partition (was the "
+                "topic deleted and created again?): start the query with a new checkpoint",
+                topic=topic, partition=int(partition), checkpoint_offset=offset,
+                end="no such partition" if end is None else end,
+            )  # fmt: skip
 
 
 class _Rows:
@@ -348,8 +364,8 @@ class _StreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         ranges = topic_ranges(self.settings, start)
-        # Never behind the start (a broker that reports its end short: tansu).
-        ends = {str(r.partition): max(r.start, r.end) for r in ranges}
+        check_within(self.settings.topic, start, ranges)
+        ends = {str(r.partition): r.end for r in ranges}
         if isinstance(limit, ReadMaxRows):
             # Share the budget over the partitions in turn, so none starves.
             budget = limit.max_rows
