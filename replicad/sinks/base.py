@@ -26,6 +26,12 @@ class SinkError(ReplicadError):
     exit_code = EXIT_CONFIG  # a message Kafka refuses for good: too large, not authorised
 
 
+class TopicDeletedError(SinkError):
+    """A topic the sink had written to is gone from the cluster (deleted under the running
+    pipeline). Not transient: re-creating it would hide that its consumers lost what it held,
+    so an operator decides (restore the topic, or reset the position and re-snapshot)."""
+
+
 class SinkUnavailableError(SinkError):
     """A transient failure (e.g. a Kafka transaction that had to be aborted): the pipeline
     stops and a restart resumes from the stored position."""

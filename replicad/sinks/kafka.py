@@ -43,6 +43,7 @@ from replicad.sinks.base import (
     ProducerFencedError,
     SinkError,
     SinkUnavailableError,
+    TopicDeletedError,
 )
 from replicad.sinks.envelope import (
     EnvelopeWriter,
@@ -73,6 +74,26 @@ _NOT_AUTHORIZED = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+# A delivery report with one of these names a topic that existed (messages only reach
+# librdkafka for topics `Topics.ensure` found) and is gone now: deleted under the pipeline.
+_TOPIC_GONE = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+}
+# Kafka away or too slow: with a user's `message.timeout.ms` the outage ends in delivery
+# reports with these, which librdkafka does not mark retriable; a restart rides it out.
+_OUTAGE = {
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
 }
 # Settings that would break the delivery guarantee; allowed, but said out loud.
 _WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
@@ -703,11 +724,9 @@ class KafkaSink:
         topic = self.routing.positions_topic
         if topic not in self.topics.ready:
             await self.topics.ensure(topic, compacted=True)
-        # Kafka hides an unfinished transaction from read_committed readers; a broker that does
-        # not (tansu) would show a new leader the position record of a batch whose other
-        # messages never left a killed producer, and it would resume after them. So the
-        # position record goes out only once every data message of the batch is acknowledged:
-        # on any broker, a visible position record means the whole batch is written.
+        # The batch's data messages are acknowledged here, before the commit, so that their
+        # delivery reports run on this thread (commit_transaction, in a worker thread, would
+        # serve them there: they touch the tracker) and a failed one is reported as itself.
         deadline = time.monotonic() + self._transaction_timeout_s
         await self._wait_for_acks(deadline, position)
         record = {
@@ -740,6 +759,9 @@ class KafkaSink:
             self._poll()
             if self._fatal is not None:
                 raise self._fatal
+            if self.tracker.failure is not None:  # e.g. a topic deleted: not committable
+                self._abort_after_failed_commit()
+                raise self.tracker.failure
             if time.monotonic() > deadline:
                 self._abort_after_failed_commit()
                 raise SinkUnavailableError(
@@ -827,13 +849,20 @@ def _delivery_failure(err: KafkaError, msg: Any, unit: DeliveryUnit) -> SinkErro
     """A failed delivery report: which message, after which binlog position, and why.
     (librdkafka's reports carry no headers: the unit knows the position instead.)"""
     key = msg.key()
-    return _fenced_or(
-        err,
-        "Kafka did not accept a message",
-        topic=msg.topic(),
-        key=None if key is None else key[:200].decode("utf-8", "replace"),
-        after_position=None if unit.after is None else str(unit.after),
-    )
+    context: dict[str, object] = {
+        "topic": msg.topic(),
+        "key": None if key is None else key[:200].decode("utf-8", "replace"),
+        "after_position": None if unit.after is None else str(unit.after),
+    }
+    if err.code() in _TOPIC_GONE:
+        log.error("kafka_topic_deleted", error=err.str(), **context)
+        return TopicDeletedError(
+            f"a topic this pipeline writes to was deleted from the cluster ({err.str()}); "
+            "it is not re-created: its consumers lost what it held. Restore it, or reset "
+            "the position and re-snapshot, then start again",
+            **context,
+        )
+    return _fenced_or(err, "Kafka did not accept a message", **context)
 
 
 def _fenced_or(err: KafkaError, reason: str, **context: object) -> SinkError:
@@ -844,7 +873,7 @@ def _fenced_or(err: KafkaError, reason: str, **context: object) -> SinkError:
             error=err.str(),
             **context,
         )
-    if err.retriable():
+    if err.retriable() or err.code() in _OUTAGE:
         return SinkUnavailableError(f"{reason}: {err.str()}", **context)
     if err.fatal() and err.code() not in _NOT_AUTHORIZED:
         # A fatal producer state (e.g. the idempotent producer's sequence numbers out of step

@@ -26,11 +26,14 @@ METADATA_PROBE_S = 1.0  # one look at the topics while waiting for Kafka (retrie
 # Topic creation errors a retry cannot fix.
 _REFUSED = {
     KafkaError.INVALID_CONFIG,
-    KafkaError.INVALID_REPLICATION_FACTOR,
     KafkaError.POLICY_VIOLATION,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
     KafkaError.TOPIC_EXCEPTION,
 }
+# A replication factor over the brokers registered is a configuration error only if it lasts:
+# a KRaft cluster shutting down or starting refuses it the same way ("All brokers are
+# currently fenced", "only 1 broker(s) are registered") for as long as that takes.
+REPLICATION_REFUSED_GRACE_S = 120.0
 
 
 def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
@@ -51,6 +54,7 @@ class Topics:
         self.admin = kafka_client(
             AdminClient, {"bootstrap.servers": config.bootstrap_servers, **shared_settings(config)}
         )
+        self._replication_refused_since: float | None = None  # monotonic, while refused
 
     def serve_logs(self) -> None:
         """Nothing else polls the admin client: its queued log lines are handed over here."""
@@ -99,7 +103,7 @@ class Topics:
             err = exc.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return
-            if err.code() in _REFUSED:
+            if err.code() in _REFUSED or self._replication_refused_for_good(err):
                 raise ConfigError(
                     f"Kafka refused to create a topic: {err.str()}",
                     topic=topic,
@@ -107,6 +111,18 @@ class Topics:
                 ) from None
             log.warning("kafka_topic_create_retry", topic=topic, error=err.str())
             await asyncio.sleep(1.0)
+        else:
+            self._replication_refused_since = None
+
+    def _replication_refused_for_good(self, err: KafkaError) -> bool:
+        """Whether an INVALID_REPLICATION_FACTOR refusal has lasted the grace period."""
+        if err.code() != KafkaError.INVALID_REPLICATION_FACTOR:
+            self._replication_refused_since = None
+            return False
+        now = time.monotonic()
+        if self._replication_refused_since is None:
+            self._replication_refused_since = now
+        return now - self._replication_refused_since >= REPLICATION_REFUSED_GRACE_S
 
 
 TAIL_WINDOW = 32  # offsets read back from each partition's end; grown until a record is found
