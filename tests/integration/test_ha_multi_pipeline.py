@@ -26,8 +26,8 @@ pytestmark = pytest.mark.integration
 def write_config(path: Path, pipeline: str, server_id: int, zookeeper: str, root: str) -> None:
     path.write_text(
         f"pipeline: {pipeline}\n"
-        f"source: {{port: {MARIADB_PORT}, password: repl, server_id: {worker_server_id(server_id)}, "
-        "heartbeat_s: 1}\n"
+        f"source: {{port: {MARIADB_PORT}, password: repl, "
+        f"server_id: {worker_server_id(server_id)}, heartbeat_s: 1}}\n"
         f"sinks: {{stdout: {{path: {path.parent / (pipeline + '.jsonl')}}}}}\n"
         f"coordination:\n  zookeeper: {{hosts: '{zookeeper}', root: {root}, "
         "session_timeout_s: 3, max_pipelines: 1}\n"

@@ -25,7 +25,7 @@ from tests.helpers.daemon_process import wait_for
 from tests.helpers.mariadb import connect_root
 from tests.helpers.mariadb_run import Replicad
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # sets global binlog_row_metadata
 
 
 @contextlib.contextmanager
