@@ -50,7 +50,7 @@ def started(
     """replicad with two producer processes, running, and a writer under way; the prefix."""
     prefix = f"pp{uuid.uuid4().hex[:8]}"
     replicad = KafkaReplicad(
-        tmp_path, server_id=server_id, prefix=prefix, kafka=kafka, kafka_yaml=KAFKA_YAML
+        tmp_path, server_id=server_id, prefix=prefix, kafka=kafka, kafka_yaml=KAFKA_YAML, db=db
     )
     replicad.start()
     # seed: Workload's ids start at seed * 1e6, within an INT

@@ -34,13 +34,16 @@ pytestmark = [pytest.mark.faults, pytest.mark.serial]
 OUTAGE_S = float(os.environ.get("REPLICAD_RELAY_OUTAGE_S", "35"))
 
 
-def relay_replicad(tmp_path: Path, kafka: str, prefix: str, relay_yaml: str, server_id: int):
+def relay_replicad(
+    tmp_path: Path, kafka: str, prefix: str, relay_yaml: str, server_id: int, db: str
+):
     relay_dir = tmp_path / "relay" / "kt"  # <directory>/<pipeline>
     replicad = KafkaReplicad(
         tmp_path,
         server_id=server_id,
         prefix=prefix,
         kafka=kafka,
+        db=db,
         kafka_yaml="max_in_flight: 300\nproducer: {linger.ms: 50}",
         extra_yaml=(
             f"relay:\n  enabled: true\n  directory: {relay_dir.parent}\n  segment_bytes: 65536\n"
@@ -56,7 +59,7 @@ def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(
     conn, db = shop
     kafka = private_kafka.bootstrap
     prefix = f"r{uuid.uuid4().hex[:8]}"
-    replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "", 7301)
+    replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "", 7301, db)
     replicad.start()
     writer = BackgroundWriter(db, seed=31)
     writer.start()
@@ -120,7 +123,9 @@ def test_a_full_relay_applies_back_pressure_and_loses_nothing(
     conn, db = shop
     kafka = private_kafka.bootstrap
     prefix = f"r{uuid.uuid4().hex[:8]}"
-    replicad, relay_dir = relay_replicad(tmp_path, kafka, prefix, "  max_bytes: 1048576\n", 7302)
+    replicad, relay_dir = relay_replicad(
+        tmp_path, kafka, prefix, "  max_bytes: 1048576\n", 7302, db
+    )
     replicad.start()
     writer = BackgroundWriter(db, seed=32, pause_s=0.0)
     writer.start()

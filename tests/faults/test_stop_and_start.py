@@ -336,6 +336,7 @@ def test_sigterm_while_draining_to_a_stopped_broker(
             f"  kafka:\n    bootstrap_servers: '{kafka}'\n    prefix: {prefix}\n"
             f"    producer_processes: {processes}\n"
         ),
+        extra_yaml=f"filters: {{include: ['{db}\\..*']}}\n",
     )
     daemon.start()
     try:

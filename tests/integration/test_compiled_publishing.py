@@ -40,6 +40,7 @@ def _comparable(record: Record) -> tuple[object, ...]:
 def _publish(
     tmp_path,
     kafka: str | None,
+    db: str,
     start: tuple[str, int],
     pure: bool,
     monkeypatch,
@@ -62,6 +63,7 @@ def _publish(
         kafka_yaml=f"key_without_pk: table\nproducer_processes: {processes}",
         extra_yaml=f"metrics: {{listen: '127.0.0.1:{port}'}}\n",
         start=f"{{file: {start[0]}, pos: {start[1]}}}",
+        db=db,
     )
     if kafka is None:  # the same pipeline with the JSON-lines sink instead
         config = replicad.config.read_text()
@@ -123,9 +125,9 @@ def test_compiled_and_pure_paths_publish_identical_messages(
     messages interleave differently in a partition from run to run, keys do not)."""
     conn, name = db
     start = _workload(conn)
-    runs = [_publish(tmp_path, kafka, start, pure, monkeypatch) for pure in (False, True)]
+    runs = [_publish(tmp_path, kafka, name, start, pure, monkeypatch) for pure in (False, True)]
     _assert_paths(*runs)
-    split = _publish(tmp_path, kafka, start, False, monkeypatch, processes=2)
+    split = _publish(tmp_path, kafka, name, start, False, monkeypatch, processes=2)
     _assert_paths(split, runs[1])
 
     # t: 80 inserts, up to 20 updates, 6 key changes (a delete and a create each), 4
@@ -149,9 +151,9 @@ def _by_key(records: list[Record]) -> dict[bytes | None, list[tuple[object, ...]
 
 @pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
 def test_compiled_and_pure_paths_write_identical_json_lines(db, tmp_path, monkeypatch) -> None:
-    conn, _ = db
+    conn, name = db
     start = _workload(conn)
-    runs = [_publish(tmp_path, None, start, pure, monkeypatch) for pure in (False, True)]
+    runs = [_publish(tmp_path, None, name, start, pure, monkeypatch) for pure in (False, True)]
     _assert_paths(*runs)
     fast, slow = (run["out"].read_bytes().splitlines() for run in runs)
     assert len(slow) >= 80 + 12 + 4 + 6

@@ -78,7 +78,7 @@ def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(ALL_TYPES)
-    replicad = KafkaReplicad(tmp_path, server_id=7151, prefix=prefix, kafka=kafka)
+    replicad = KafkaReplicad(tmp_path, server_id=7151, prefix=prefix, kafka=kafka, db=name)
     replicad.start()
     with conn.cursor() as cur:
         insert_random(cur, rng, range(1, 41), COLUMNS)
@@ -148,6 +148,7 @@ def test_truncate_and_drop_arrive_in_order_through_the_relay_and_a_sigkill(
         kafka=kafka,
         kafka_yaml="topics: {partitions: 3}",
         extra_yaml=f"relay: {{enabled: true, directory: '{tmp_path / 'relay'}'}}\n",
+        db=name,
     )
     replicad.start()
     with conn.cursor() as cur:
@@ -302,6 +303,7 @@ def test_debezium_values_through_kafka(db, kafka, tmp_path) -> None:
         prefix=prefix,
         kafka=kafka,
         extra_yaml="envelope: {values: debezium, schemas_enable: true}\n",
+        db=name,
     )
     replicad.start()
     with conn.cursor() as cur:

@@ -126,7 +126,12 @@ def test_incremental_snapshot_under_writes_resumes_at_the_next_chunk_after_a_kil
         _big_table(cur, name)
     prefix = f"i{uuid.uuid4().hex[:8]}"
     replicad = KafkaReplicad(
-        tmp_path, server_id=7171, prefix=prefix, kafka=kafka, extra_yaml=_signal_yaml(name)
+        tmp_path,
+        server_id=7171,
+        prefix=prefix,
+        kafka=kafka,
+        extra_yaml=_signal_yaml(name),
+        db=name,
     )
     replicad.start()
     writer = _writer(name)
@@ -171,7 +176,12 @@ def test_bad_requests_are_refused_before_anything_is_queued(db, kafka, tmp_path)
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
     replicad = KafkaReplicad(
-        tmp_path, server_id=7172, prefix="unused", kafka=kafka, extra_yaml=_signal_yaml(name)
+        tmp_path,
+        server_id=7172,
+        prefix="unused",
+        kafka=kafka,
+        extra_yaml=_signal_yaml(name),
+        db=name,
     )
     cases = [
         ((f"{name}.nope",), b"no such table", f"{name}.nope"),

@@ -116,6 +116,7 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(
         kafka=kafka,
         pipeline="metrics",
         extra_yaml=f"metrics: {{listen: '127.0.0.1:{port}', ready_ack_stall_s: 3}}\n",
+        db=db,
     )
     base = f"http://127.0.0.1:{port}"
     with Prometheus(tmp_path, f"127.0.0.1:{port}") as prometheus:

@@ -67,6 +67,7 @@ def test_snapshot_reads_equal_the_binlog_path_value_for_value(db, kafka, tmp_pat
         kafka=kafka,
         start=f"{{file: {file}, pos: {pos}}}",
         pipeline="stream",
+        db=name,
     )
     snapshotted = KafkaReplicad(
         tmp_path / "snap",
@@ -75,6 +76,7 @@ def test_snapshot_reads_equal_the_binlog_path_value_for_value(db, kafka, tmp_pat
         kafka=kafka,
         extra_yaml="snapshot: {mode: initial, chunk_rows: 37}\n",
         pipeline="snap",
+        db=name,
     )
     streamed.start()
     snapshotted.start()

@@ -12,7 +12,7 @@ from replicad.binlog.position import Position
 from replicad.source.transactions import Begin, Commit, Rows, TransactionAssembler
 from tests.helpers.binlog_helpers import binlog_files_since, binlog_position
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # compares the server-wide GTID position
 
 
 def test_real_workload_positions_and_gtids(db, mariadb) -> None:
