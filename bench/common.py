@@ -126,6 +126,7 @@ class PrivateKafka:
         round trip lists the broker."""
         self.port = free_port_block(2)
         if self._services("up", 300).returncode != 0:
+            self.stop()  # a JVM that started but never answered must not outlive the run
             raise SystemExit(
                 f"the private Kafka on {self.bootstrap} did not start; see "
                 f"{self.directory / 'kafka.log'}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from bench.common import (
     ROOT,
     PrivateKafka,
     connect,
+    free_port_block,
     grid,
     paced_writer,
     prepare_load_database,
@@ -66,12 +66,6 @@ def prober(cache: redis.Redis, stop: threading.Event, lags: list[float]) -> None
             lags.append(time.perf_counter() - committed)
             time.sleep(0.05)
     conn.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
@@ -107,7 +101,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-invalidate-"))
     broker = PrivateKafka(work / "kafka")
     bootstrap = broker.start()
-    redis_port = _free_port()
+    redis_port = free_port_block(1)  # below the ephemeral range
     subprocess.run(["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"),
                     str(redis_port)], check=True)  # fmt: skip
     cache = redis.Redis(port=redis_port)
