@@ -72,6 +72,13 @@ mysql_bootstrap() { # a fresh Debian sid minbase root with MySQL's packages
   touch "$mysql_stamp"
 }
 
+mysql_strip_devices() { # the device nodes and /proc links debootstrap made in the root's /dev
+  # Everything runs with the host's /dev bound over it (mysql_in_root), so they are never
+  # used; left in the clone, a tool copying or hashing the tree would read /dev/zero or
+  # /dev/random there for ever, or follow dev/fd into /proc.
+  find "$mysql_root/dev" -mindepth 1 -maxdepth 1 ! -type d -exec rm -f {} + 2>/dev/null || true
+}
+
 mysql_write_cnf() {
   mkdir -p "$mysql_root$MYSQL_HOME"/{tmp,files}
   cat >"$mysql_root$MYSQL_CNF" <<EOF
@@ -114,8 +121,7 @@ EOF
 }
 
 mysql_client() { # mysql_client <mysql|mysqladmin> [args...]: root over the root's socket
-  # A plain chroot: the clients need neither /proc nor more of /dev than debootstrap made.
-  chroot "$mysql_root" "$1" --defaults-file="$MYSQL_CNF" "${@:2}"
+  mysql_in_root "$1" --defaults-file="$MYSQL_CNF" "${@:2}"
 }
 
 mysql_ping() { # the server answers (mysqladmin ping succeeds even on a refused login)
@@ -133,7 +139,7 @@ mysql_initialize() { # a fresh datadir (root without password until mysql_users)
 }
 
 mysql_users() { # root/root (socket and 127.0.0.1) and repl/repl, on a fresh server
-  chroot "$mysql_root" mysql --no-defaults --socket="$MYSQL_HOME/mysqld.sock" -uroot <<'SQL'
+  mysql_in_root mysql --no-defaults --socket="$MYSQL_HOME/mysqld.sock" -uroot <<'SQL'
 ALTER USER 'root'@'localhost' IDENTIFIED BY 'root';
 CREATE USER 'root'@'127.0.0.1' IDENTIFIED BY 'root';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
@@ -147,6 +153,7 @@ mysql_up() {
     log "mysql already up on 127.0.0.1:$MYSQL_PORT"; return 0
   fi
   [ -f "$mysql_stamp" ] || mysql_bootstrap || return 1
+  mysql_strip_devices
   mysql_write_cnf
   if tcp_open "$MYSQL_PORT"; then
     mysql_fail "port $MYSQL_PORT is taken by a process this script did not start"; return 1
