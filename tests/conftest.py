@@ -16,6 +16,7 @@ import pytest
 
 from replicad.config import SparkConfig
 from tests.helpers.daemon_process import kill_leftovers
+from tests.helpers.databases import fresh_database
 from tests.helpers.kafka_helpers import PrivateKafka
 from tests.helpers.kafka_run import TABLES_SQL
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
@@ -108,18 +109,8 @@ def zk_root(zookeeper: str) -> Iterator[str]:
 @pytest.fixture
 def db(mariadb: dict[str, object]) -> Iterator[tuple[pymysql.connections.Connection, str]]:
     """A connection to a fresh, uniquely named database, dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    conn = connect_root()
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}` DEFAULT CHARACTER SET utf8mb4")
-        cur.execute(f"USE `{name}`")
-        cur.execute("SET time_zone = '+00:00'")
-    try:
-        yield conn, name
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        conn.close()
+    with fresh_database(connect_root) as database:
+        yield database
 
 
 @pytest.fixture(autouse=True)

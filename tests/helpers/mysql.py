@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pymysql
 import pytest
+
+from tests.helpers.databases import fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
 MYSQL_PORT = int(os.environ.get("REPLICAD_MYSQL_PORT", "3307"))
@@ -100,15 +101,5 @@ def mysql() -> MySQLServer:
 @pytest.fixture
 def mysql_db(mysql: MySQLServer) -> Iterator[tuple[pymysql.connections.Connection, str]]:
     """A root connection to a fresh, uniquely named database on MySQL, dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    conn = connect_root()
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}` DEFAULT CHARACTER SET utf8mb4")
-        cur.execute(f"USE `{name}`")
-        cur.execute("SET time_zone = '+00:00'")
-    try:
-        yield conn, name
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        conn.close()
+    with fresh_database(connect_root) as database:
+        yield database
