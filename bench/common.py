@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # python bench/X.py: bench/ is sys.path[0]
+    sys.path.insert(0, str(ROOT))
+
+from tests.helpers.ports import free_port_block  # noqa: E402  (needs ROOT on the path)
+
 SERVICES_SCRIPT = ROOT / "scripts" / "services.sh"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RSS_SAMPLE_SECONDS = 0.005
@@ -79,25 +83,6 @@ def paced_writer(
 
 
 # --------------------------------------------------------------------------- a private Kafka
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_block(count: int, low: int = 21000, high: int = 32000) -> int:
-    """The first of `count` consecutive free ports on 127.0.0.1, below the kernel's ephemeral
-    range (as tests/helpers/ports.py, which bench/ cannot import when run as a script)."""
-    for _ in range(200):
-        base = random.randrange(low, high - count)
-        if all(_port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no block of {count} free ports found")
 
 
 class PrivateKafka:
