@@ -20,6 +20,7 @@ from replicad.config import Config, StartConfig
 from replicad.errors import ConfigError, GtidError, InvalidPositionError, ServerError
 from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
+from replicad.source.event_list import event_at, nearest_boundaries
 from replicad.source.schema import SchemaHistory, snapshot
 from replicad.source.start import initial_position
 from replicad.source.stream import open_connection, server_info
@@ -103,15 +104,25 @@ async def _check_file_position(conn: AsyncConnection, file: str, pos: int) -> No
         raise PositionValueError(
             "the offset is past the end of the binlog file", file=file, pos=pos, size=sizes[file]
         )
-    if pos == sizes[file]:
-        return  # the end of a file is a valid place to continue
-    quoted = file.replace("\\", "\\\\").replace("'", "\\'")
+    if pos == sizes[file] or pos == 4:
+        return  # the first event and the end of a file are always valid places to continue
+    server: str | None = None
     try:
-        await conn.query(f"SHOW BINLOG EVENTS IN '{quoted}' FROM {int(pos)} LIMIT 1")
-    except ServerError as exc:
-        raise PositionValueError(
-            "the offset is not the start of an event", file=file, pos=pos, server=exc.message
-        ) from None
+        listed = await event_at(conn, file, pos)
+    except ServerError as exc:  # MariaDB, and MySQL for most offsets inside an event
+        listed, server = None, exc.message
+    if listed == pos:
+        return
+    # MySQL lists the next event for some offsets inside one instead of failing, and the
+    # dump from there later fails with "bogus data in log event": compare, never trust.
+    before, after = await nearest_boundaries(conn, file, pos, sizes[file])
+    raise PositionValueError(
+        f"the offset is not the start of an event; the nearest event boundaries are "
+        f"{file}:{before} and {file}:{after}",
+        file=file,
+        pos=pos,
+        server=server,
+    )
 
 
 def describe_position(position: dict[str, Any] | None) -> str:
