@@ -1,7 +1,9 @@
 """`replicad run` into Kafka: the daemon under test, the `shop` tables (TABLES_SQL, the `shop`
 fixture in tests/conftest.py), a random workload (also from a background thread) and the
 oracle: the topics folded by key equal the tables' state, duplicates counted by source
-coordinates."""
+coordinates. Exactly-once pipelines are judged on what read_committed consumers see
+(`read_exactly_once`, `assert_read_committed_view`), read_uncommitted serving as the witness
+of what was aborted."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import base64
 import datetime as dt
 import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,8 +55,13 @@ class KafkaReplicad(DaemonProcess):
         log_level: str = "info",
         pipeline: str = "kt",
         start: str = "latest",
+        db: str | None = None,
     ) -> None:
+        """`db`: publish only that database's tables (filters.include), so that what tests
+        running beside this one write on the shared primary stays out of its topics."""
         tmp.mkdir(parents=True, exist_ok=True)
+        if db is not None:
+            extra_yaml = f"filters: {{include: ['{db}\\..*']}}\n" + extra_yaml
         super().__init__(
             tmp,
             pipeline=pipeline,
@@ -138,29 +147,30 @@ class Workload:
             cur.execute("DELETE FROM items WHERE id = %s AND region = %s", key)
             self.items.discard(key)
         elif choice < 0.8 or not self.accounts:
-            key = self.next_id
+            account = self.next_id
             self.next_id += 1
             cur.execute(
                 "INSERT INTO accounts VALUES (%s, %s, %s)",
-                (key, f"user{key}@example.com", Decimal(r.randrange(10**6)) / 100),
+                (account, f"user{account}@example.com", Decimal(r.randrange(10**6)) / 100),
             )
-            self.accounts.add(key)
+            self.accounts.add(account)
         elif choice < 0.88:
-            key = r.choice(sorted(self.accounts))
+            account = r.choice(sorted(self.accounts))
             if r.random() < 0.5:  # a primary-key change
                 new = self.next_id
                 self.next_id += 1
-                cur.execute("UPDATE accounts SET id = %s WHERE id = %s", (new, key))
-                self.accounts.discard(key)
+                cur.execute("UPDATE accounts SET id = %s WHERE id = %s", (new, account))
+                self.accounts.discard(account)
                 self.accounts.add(new)
             else:
                 cur.execute(
-                    "UPDATE accounts SET balance = balance + 1, email = NULL WHERE id = %s", (key,)
+                    "UPDATE accounts SET balance = balance + 1, email = NULL WHERE id = %s",
+                    (account,),
                 )
         elif choice < 0.94:
-            key = r.choice(sorted(self.accounts))
-            cur.execute("DELETE FROM accounts WHERE id = %s", (key,))
-            self.accounts.discard(key)
+            account = r.choice(sorted(self.accounts))
+            cur.execute("DELETE FROM accounts WHERE id = %s", (account,))
+            self.accounts.discard(account)
         else:
             cur.execute("INSERT INTO audit VALUES (%s, NOW(3))", (f"note {r.random()}",))
 
@@ -365,7 +375,191 @@ def wait_caught_up(replicad: DaemonProcess, timeout: float = 60) -> None:
     )
 
 
-def read_topics(kafka: str, prefix: str, db: str) -> list[Record]:
-    # tansu (on the S3 emulator) can leave 2 s between two fetch responses once it holds a
-    # lot of data: a shorter idle limit ends the read early, and the fold then misses rows.
-    return consume_all(kafka, rf"{prefix}\.{db}\..*", idle_s=5.0, timeout_s=300)
+def read_topics(
+    kafka: str, prefix: str, db: str, isolation: str = "read_committed"
+) -> list[Record]:
+    """The data topics of `db` as a consumer reads them (read_committed by default)."""
+    return consume_all(
+        kafka, rf"{prefix}\.{db}\..*", idle_s=1.0, timeout_s=300, isolation=isolation
+    )
+
+
+# ------------------------------------------------------------------ exactly-once oracle
+
+
+def batch_of(record: Record) -> str:
+    """The Kafka transaction a data message belongs to (header `replicad.batch`,
+    `<sink instance>:<n>`); "" when it has none (a defect the oracle reports)."""
+    return record.headers.get("replicad.batch", b"").decode()
+
+
+def _where(record: Record) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset
+
+
+@dataclass(frozen=True)
+class ExactlyOnceView:
+    """An exactly-once pipeline's topics read twice: `committed` as its users read them
+    (read_committed), `written` as the broker holds them (read_uncommitted: aborted and still
+    open transactions too); likewise its position records (values, in offset order)."""
+
+    committed: list[Record]
+    written: list[Record]
+    positions: list[dict[str, Any]]
+    positions_written: list[dict[str, Any]]
+
+    @property
+    def aborted(self) -> list[Record]:
+        """Data messages on the broker that read_committed does not show (aborted, or in a
+        transaction still open)."""
+        shown = {_where(r) for r in self.committed}
+        return [r for r in self.written if _where(r) not in shown]
+
+    def open_batches(self, instance: str) -> set[str]:
+        """The batches of sink `instance` with messages on the broker, none visible, and no
+        position record written, not even uncommitted: the sink writes that record before it
+        asks to commit, so such a transaction never asked and can only end aborted."""
+        asked = {p["batch"] for p in self.positions_written}
+        return {
+            b
+            for r in self.aborted
+            if (b := batch_of(r)).startswith(f"{instance}:") and b not in asked
+        }
+
+
+def read_exactly_once(
+    kafka: str, prefix: str, db: str, pipeline: str, idle_s: float = 1.0
+) -> ExactlyOnceView:
+    """Read the data topics of `db` and the pipeline's position records in both isolation
+    levels. Committed first: a transaction committing meanwhile then shows in both."""
+
+    def positions(isolation: str) -> list[dict[str, Any]]:
+        records = consume_all(
+            kafka, [f"{prefix}.replicad-positions"], idle_s=idle_s, isolation=isolation
+        )
+        mine = [r for r in records if r.key == pipeline.encode() and r.value is not None]
+        return [orjson.loads(r.value) for r in mine if r.value is not None]
+
+    def data(isolation: str) -> list[Record]:
+        pattern = rf"{prefix}\.{db}\..*"
+        return consume_all(kafka, pattern, idle_s=idle_s, timeout_s=300, isolation=isolation)
+
+    committed, positions_committed = data("read_committed"), positions("read_committed")
+    written, positions_written = data("read_uncommitted"), positions("read_uncommitted")
+    return ExactlyOnceView(committed, written, positions_committed, positions_written)
+
+
+def assert_read_committed_view(
+    view: ExactlyOnceView,
+    conn: pymysql.connections.Connection,
+    db: str,
+    prefix: str,
+    aborted_batches: Collection[str] = (),
+) -> str:
+    """What a read_committed consumer of an exactly-once pipeline must see: no message of an
+    aborted transaction (`aborted_batches`: batches known to have been open when their
+    producer died or was fenced), every committed batch with its position record, every
+    change once and none lost. A second oracle, from the read_uncommitted view, agrees.
+    Returns a summary for the test's report."""
+    _assert_aborted_hidden(view, aborted_batches)
+    batches = _assert_batches_have_position_records(view)
+    dups = duplicated(view.committed)
+    assert not dups, f"{len(dups)} changes visible more than once: {dups[:5]}"
+    folded = fold(view.committed, prefix, db)
+    expected = normalise_expected(tables_state(conn, db))
+    assert folded == expected, state_difference(folded, expected)
+    audit = audit_messages(view.committed), audit_rows(conn, db)  # the table without a key
+    assert audit[0] == audit[1], f"{audit[0]} messages of the {audit[1]} audit rows"
+    _assert_audit_agrees(view)
+    aborted = view.aborted
+    return (
+        f"{len(view.committed)} messages in {len(batches)} committed batches, "
+        f"{len(aborted)} messages of {len({batch_of(r) for r in aborted})} aborted batches "
+        "hidden, 0 duplicated, 0 lost"
+    )
+
+
+def state_difference(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> str:
+    """The first keys whose folded row differs from the table's (for a failure message)."""
+    lines = []
+    for table in sorted(set(got) | set(want)):
+        rows, expected = got.get(table, {}), want.get(table, {})
+        for key in sorted(set(rows) | set(expected)):
+            if rows.get(key) != expected.get(key):
+                lines.append(f"{table} {key}: folded {rows.get(key)} != table {expected.get(key)}")
+    return f"{len(lines)} keys differ:\n" + "\n".join(lines[:20])
+
+
+def _assert_aborted_hidden(view: ExactlyOnceView, aborted_batches: Collection[str]) -> None:
+    """Each batch known to have been left open is on the broker (the check is not vacuous)
+    and nothing of it, data or position record, is visible."""
+    on_broker = {batch_of(r) for r in view.written}
+    missing = [b for b in aborted_batches if b not in on_broker]
+    assert not missing, f"open batches {missing} left no message on the broker"
+    visible = [_where(r) for r in view.committed if batch_of(r) in aborted_batches]
+    assert not visible, f"{len(visible)} messages of aborted batches are visible: {visible[:5]}"
+    recorded = [p for p in view.positions if p["batch"] in aborted_batches]
+    assert not recorded, f"position records of aborted batches are visible: {recorded}"
+
+
+def _assert_batches_have_position_records(view: ExactlyOnceView) -> set[str]:
+    """Every visible data message names a batch that committed exactly one position record,
+    and that record's position is past the batch's messages: a consumer (or a restart)
+    resuming from it neither misses nor repeats one of them."""
+    records = Counter(p["batch"] for p in view.positions)
+    twice = [b for b, n in records.items() if n > 1]
+    assert not twice, f"batches with more than one position record: {twice[:5]}"
+    position = {p["batch"]: p["position"] for p in view.positions}
+    batches: dict[str, tuple[str, int]] = {}
+    for record in view.committed:
+        batch = batch_of(record)
+        assert batch in position, (
+            f"{_where(record)}: visible, but its batch {batch!r} has no committed position record"
+        )
+        where = (record.headers["replicad.file"].decode(), int(record.headers["replicad.pos"]))
+        batches[batch] = max(batches.get(batch, where), where)
+    for batch, last in batches.items():
+        at = position[batch]
+        if "row" not in at:  # a mark inside a huge transaction points at its beginning
+            assert last < (at["file"], at["pos"]), (batch, last, at)
+    return set(batches)
+
+
+def _assert_audit_agrees(view: ExactlyOnceView) -> None:
+    """The second oracle, which does not trust the broker's isolation: of everything written,
+    keep the batches with a committed position record. That must be exactly what
+    read_committed shows."""
+    committed = {p["batch"] for p in view.positions}
+    kept = {_where(r) for r in view.written if batch_of(r) in committed}
+    shown = {_where(r) for r in view.committed}
+    assert kept == shown, (
+        f"read_uncommitted minus batches without a position record: {len(kept)} messages; "
+        f"read_committed: {len(shown)}; only kept {sorted(kept - shown)[:5]}, "
+        f"only shown {sorted(shown - kept)[:5]}"
+    )
+
+
+def sink_instance(replicad: DaemonProcess) -> str:
+    """The instance id (first part of its `replicad.batch` ids) of the Kafka sink the daemon
+    started last."""
+    ready = [e for e in replicad.log_events() if e.get("event") == "kafka_transactions_ready"]
+    assert ready, "the daemon never initialised Kafka transactions"
+    return str(ready[-1]["instance"])
+
+
+def stop_inside_open_batch(
+    replicad: DaemonProcess, kafka: str, prefix: str, db: str, pipeline: str, tries: int = 40
+) -> set[str]:
+    """SIGSTOP the (publishing) daemon at a moment its open Kafka transaction already has
+    messages on the broker; returns that transaction's batch id(s), the daemon left stopped.
+    A stop between two batches is undone (SIGCONT) and tried again a little later."""
+    instance = sink_instance(replicad)
+    rnd = random.Random(replicad.pid)
+    for _ in range(tries):
+        os.kill(replicad.pid, signal.SIGSTOP)
+        open_batches = read_exactly_once(kafka, prefix, db, pipeline, 0.3).open_batches(instance)
+        if open_batches:
+            return open_batches
+        os.kill(replicad.pid, signal.SIGCONT)
+        time.sleep(rnd.uniform(0.05, 0.3))
+    raise AssertionError(f"no stop in {tries} found a Kafka transaction open on the broker")
