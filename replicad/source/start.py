@@ -4,13 +4,19 @@ Used by the pipeline and by `replicad position set`."""
 
 from __future__ import annotations
 
-from replicad.binlog.gtid import GtidSet, MariaGtidPosition
+import re
+
+from replicad.binlog.gtid import Gtid, GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.config import StartConfig
 from replicad.errors import ConfigError, GtidError, ServerError
 from replicad.protocol.commands import ResultSet, cell_text
 from replicad.protocol.transport import AsyncConnection
+from replicad.source.event_list import listed_events
 from replicad.source.stream import ServerInfo
+
+# How SHOW BINLOG EVENTS prints a MySQL GTID (or GTID_TAGGED) event.
+_GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'")
 
 
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
@@ -59,4 +65,26 @@ async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: i
         if value is not None:
             return Position(file, pos, None, MariaGtidPosition.parse(str(value)))
         return Position(file, pos)
-    return Position(file, pos)  # MySQL: file:pos until a complete GTID set is known
+    if info.gtid_mode:
+        return Position(file, pos, await mysql_gtids_at(conn, file, pos), None)
+    return Position(file, pos)  # no GTIDs on the primary: file:pos is all there is
+
+
+async def mysql_gtids_at(conn: AsyncConnection, file: str, pos: int) -> GtidSet | None:
+    """The executed GTID set at `file:pos` on a MySQL primary, as a MySQL replica builds it:
+    the file's PREVIOUS_GTIDS (every GTID of the files before it) plus the GTIDs of the
+    transactions that start before `pos`. None if the file has no PREVIOUS_GTIDS (written
+    before GTIDs existed): the position then stays file:pos only.
+
+    Reads the file up to `pos` through SHOW BINLOG EVENTS, once per start or `position set`;
+    the set is what lets every later start resume by GTID (COM_BINLOG_DUMP_GTID)."""
+    executed: GtidSet | None = None
+    # PREVIOUS_GTIDS is the second event, so the listing goes at least that far.
+    async for event in listed_events(conn, file, until=max(pos, 5)):
+        if event.kind == "Previous_gtids":
+            executed = GtidSet.parse(event.info.replace("\n", ""))
+        elif executed is not None and event.pos < pos and event.kind.startswith("Gtid"):
+            match = _GTID_NEXT.search(event.info)
+            if match:
+                executed = executed.with_gtid(Gtid.parse(match[1]))
+    return executed

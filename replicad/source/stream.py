@@ -346,7 +346,7 @@ class ReplicaStream:
             await conn.register_replica(
                 self.source.server_id, host=self.report_host, user=self.source.user
             )
-            await self._start_dump(conn, info, position)
+            dump = await self._start_dump(conn, info, position)
         except BaseException:
             await conn.close()
             self._conn = None
@@ -358,6 +358,7 @@ class ReplicaStream:
             port=self.source.port,
             server_version=info.version,
             start=str(position),
+            dump=dump,
             connection=self.connections,
         )
         return conn
@@ -402,9 +403,9 @@ class ReplicaStream:
         for sql in statements:
             await conn.execute(sql)
 
-    async def _start_dump(
-        self, conn: AsyncConnection, info: ServerInfo, position: Position
-    ) -> None:
+    async def _start_dump(self, conn: AsyncConnection, info: ServerInfo, position: Position) -> str:
+        """Start the dump from `position`; returns how it was asked for (`gtid`: MySQL's
+        COM_BINLOG_DUMP_GTID, `mariadb_gtid`: @slave_connect_state, `file`: file:pos)."""
         server_id = self.source.server_id
         if info.mariadb and position.mariadb_gtids is not None:
             # GTID positions survive rotations and are checked by the server (strict mode).
@@ -412,14 +413,14 @@ class ReplicaStream:
             await conn.execute("SET @slave_gtid_strict_mode = 1")
             await conn.execute("SET @slave_gtid_ignore_duplicates = 0")
             await conn.start_dump(server_id, "", 4)
-        elif not info.mariadb and position.mysql_gtids is not None and info.gtid_mode:
+            return "mariadb_gtid"
+        if not info.mariadb and position.mysql_gtids is not None and info.gtid_mode:
             await conn.start_dump(
                 server_id, "", 4, gtid_set=position.mysql_gtids, flags=_heartbeat_flags(info)
             )
-        else:
-            await conn.start_dump(
-                server_id, position.file, position.pos, flags=_heartbeat_flags(info)
-            )
+            return "gtid"
+        await conn.start_dump(server_id, position.file, position.pos, flags=_heartbeat_flags(info))
+        return "file"
 
     async def _decode(self, conn: AsyncConnection) -> AsyncIterator[tuple[bytes, list[Event]]]:
         """Each event the primary sends with what it decodes to."""
