@@ -101,9 +101,13 @@ class Position:
         return cls(file, pos, mysql, maria, row, snapshot)
 
     def __str__(self) -> str:
-        text = f"{self.file}:{self.pos}"
-        if self.gtid_text:
-            text += f" gtid={self.gtid_text}"
+        gtids = self.gtid_text
+        if not self.file:  # a start "at GTID ...": the set is the whole position
+            text = f"gtid:{gtids or '(empty)'}"
+        else:
+            text = f"{self.file}:{self.pos}"
+            if gtids is not None:  # an empty set is still a set: the position is by GTID
+                text += f" gtid={gtids or '(empty)'}"
         if self.row:
             text += f" row={self.row}"
         return text

@@ -42,7 +42,7 @@ from replicad.protocol.transport import AsyncConnection
 from replicad.relay.stream import RelayedStream
 from replicad.service import producer_process
 from replicad.service.checkpoint import Checkpointer
-from replicad.service.heartbeat import heartbeat_writes, retention_checks
+from replicad.service.heartbeat import FileClock, heartbeat_writes, retention_checks
 from replicad.service.telemetry import Telemetry
 from replicad.sinks.base import EventSink, Sink
 from replicad.sinks.kafka import KafkaSink
@@ -129,6 +129,8 @@ class Pipeline:
             self.sinks.append(
                 JsonLinesSink(stdout.path if stdout else None, self.filter, config.pipeline, values)
             )
+        # When the primary last wrote each binlog file, as far as this process has read it.
+        self.file_clock = FileClock()
         self.stream: ReplicaStream | RelayedStream
         if config.relay.enabled:
             self.stream = RelayedStream(
@@ -447,7 +449,9 @@ class Pipeline:
         # Heartbeat writes and the binlog retention check: beside the pipeline, never fatal.
         helpers = [
             asyncio.create_task(
-                retention_checks(self.config, self.password, lambda: self.stored, self.telemetry)
+                retention_checks(
+                    self.config, self.password, lambda: self.stored, self.telemetry, self.file_clock
+                )
             )
         ]
         if self.config.heartbeat.query is not None:
@@ -496,6 +500,7 @@ class Pipeline:
         progress = self.progress
         table_rows, table_bytes = progress.table_rows, progress.table_bytes
         events_by_path = progress.events_by_path
+        file_clock = self.file_clock
         self._reading = True
         async for unit in self.stream.units(self.committed.with_snapshot(None)):
             if isinstance(unit, HeartbeatEvent):
@@ -525,6 +530,7 @@ class Pipeline:
                     continue
                 if unit.first:
                     progress.transaction_started()
+                    file_clock.seen(unit.file, unit.timestamp)  # for the retention check
                     self._in_transaction = True
                     delivered = 0
                     gtid_text = None if unit.gtid is None else str(unit.gtid)
