@@ -863,9 +863,11 @@ cdef bint _put_mysql_json_column(Buf *out, int length_bytes, const unsigned char
     if n > room - length_bytes:
         return 0
     q += length_bytes
-    if n == 0:  # what MySQL stores for a NULL forced into a NOT NULL JSON column: null
-        _put(out, b"null", 4)
-        return 1
+    # A document that is JSON null (empty: what MySQL stores for a NULL forced into a NOT
+    # NULL column; or the literal) is left to Python: it is not SQL NULL, and the envelope
+    # says so per row (docs/consumers.md, "JSON null"), which only the row path writes.
+    if n == 0 or (q[0] == 4 and n >= 2 and q[1] == 0):
+        return 0
     if q[0] <= 3:
         ok = _jsonb_container(out, q, 1, n, q[0] & 1, q[0] <= 1, 1)
     else:

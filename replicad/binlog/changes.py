@@ -20,7 +20,8 @@ from replicad.binlog.events import (
     RowsQueryEvent,
     XidEvent,
 )
-from replicad.binlog.rows import RowsEvent, TableMapEvent
+from replicad.binlog.jsonb import JsonDiff
+from replicad.binlog.rows import JsonPartialUpdate, RowsEvent, TableMapEvent
 from replicad.binlog.values import ColumnType
 
 
@@ -43,6 +44,13 @@ class RowChange:
     thread: int | None = None  # the session that wrote it (MySQL's BEGIN carries it)
     query: str | None = None  # the statement, when the primary logs it with the rows
     snapshot: str = "false"  # a snapshot read: "true", "last" on a table's last row
+    # Columns of the table the binlog's before and after image did not carry
+    # (binlog_row_image MINIMAL or NOBLOB; a JSON column given as diffs without its base):
+    # unknown, never null (docs/consumers.md, "Partial row images").
+    absent: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    # A JSON column's after value given only as diffs (PARTIAL_JSON) whose base document
+    # the before image did not carry; the column is in `absent[1]` and not in `after`.
+    json_diffs: dict[str, list[JsonDiff]] | None = None
 
 
 @dataclass(slots=True)
@@ -215,9 +223,10 @@ def changes_of(
     )
     ts_ms = header.timestamp * 1000
     pos, server_id = header.pos, header.server_id
+    images = ImageAbsence.of(event, table) if table is not None else None
 
     def changes(pairs: Iterable[tuple[Any, Any]], start: int) -> list[RowChange]:
-        return [
+        out = [
             RowChange(
                 op,
                 db,
@@ -238,6 +247,10 @@ def changes_of(
             )
             for index, (before, after) in enumerate(pairs, start)
         ]
+        if images is not None:
+            for change in out:
+                images.note(change)
+        return out
 
     first = numbering.first_row(pos)
     if decoded is not None:
@@ -256,3 +269,56 @@ def _changes_one_by_one(
         numbering.advance(1)
         yield changes((pair,), index)[0]
         index += 1
+
+
+@dataclass(frozen=True, slots=True)
+class ImageAbsence:
+    """Which columns a ROWS event's images leave out (docs/consumers.md, "Partial row
+    images"): the bitmaps are per event, so this is worked out once per event. `fill`: key
+    columns the before image has and an update's after image lacks - the update did not set
+    them, so they are unchanged, and the after image gets them from the before image (else
+    a consumer would see the key change to null and split the update into a delete)."""
+
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    fill: tuple[str, ...]
+    order: tuple[str, ...]  # the table's column names
+
+    @classmethod
+    def of(cls, event: RowsEvent, table: TableMapEvent) -> ImageAbsence | None:
+        """None when every image has every column and no value can be a diff (the usual
+        FULL image): nothing to note."""
+        op = event.op
+        # A write or delete has one image and one bitmap (parse_rows copies it to both).
+        before = _left_out(table, event.present_before) if op != "c" else ()
+        after = _left_out(table, event.present_after) if op != "d" else ()
+        if not (before or after or event.partial):
+            return None
+        fill: tuple[str, ...] = ()
+        if op == "u" and after:
+            fill = tuple(k for k in table.primary_key_names if k in after and k not in before)
+            after = tuple(n for n in after if n not in fill)
+        return cls(before, after, fill, tuple(c.name for c in table.columns))
+
+    def note(self, change: RowChange) -> None:
+        """Complete one change of the event in place: key columns filled into the after
+        image, the absent columns, and JSON diffs without a base taken out of the image."""
+        after = change.after
+        absent_after = self.after
+        if after is not None:
+            if self.fill and change.before is not None:
+                known = {**{k: change.before.get(k) for k in self.fill}, **after}
+                after = {n: known[n] for n in self.order if n in known}
+            diffs = {n: v.diffs for n, v in after.items() if isinstance(v, JsonPartialUpdate)}
+            if diffs:
+                after = {n: v for n, v in after.items() if n not in diffs}
+                absent_after = tuple(n for n in self.order if n in diffs or n in self.after)
+                change.json_diffs = diffs
+            change.after = after
+        change.absent = (self.before, absent_after)
+
+
+def _left_out(table: TableMapEvent, present: int) -> tuple[str, ...]:
+    if present == (1 << len(table.columns)) - 1:
+        return ()
+    return tuple(c.name for c in table.columns if not present >> c.index & 1)

@@ -44,6 +44,7 @@ from typing import Any, Self
 from replicad.errors import JsonDecodeError
 
 __all__ = [
+    "JSON_NULL",
     "MAX_JSON_DEPTH",
     "JsonDiff",
     "JsonDiffOp",
@@ -146,6 +147,24 @@ class JsonTemporal(str):
 
     def __repr__(self) -> str:
         return f"JsonTemporal({str.__repr__(self)}, mysql_type={self.mysql_type})"
+
+
+class JsonNull:
+    """The type of `JSON_NULL`: a JSON column whose whole document is the literal `null`.
+    It is kept apart from Python's None, which is SQL NULL, so that the outputs can tell a
+    consumer which one the row held (docs/consumers.md, "JSON null"). Nested nulls stay
+    None: inside a document nothing else can be meant."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "JSON_NULL"
+
+    def __reduce__(self) -> str:
+        return "JSON_NULL"  # the one instance, also after pickling (compared by `is`)
+
+
+JSON_NULL = JsonNull()
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +305,8 @@ def decode_decimal_bin(
 def decode_json(buf: bytes | bytearray | memoryview) -> object:
     """Decode one binary JSON value (the whole value of a JSON column).
 
-    An empty value is JSON ``null``: MySQL stores an empty string when NULL is
+    A document that is JSON ``null`` is `JSON_NULL`, not None (SQL NULL). An empty
+    value is JSON ``null`` too: MySQL stores an empty string when NULL is
     forced into a NOT NULL JSON column (non-strict mode / INSERT IGNORE), and
     ``json_binary::parse_binary`` reads length 0 as the null literal. Bytes after
     the top-level value are ignored, as MySQL does.
@@ -297,12 +317,13 @@ def decode_json(buf: bytes | bytearray | memoryview) -> object:
     data = buf if type(buf) is bytes else bytes(buf)
     n = len(data)
     if n == 0:
-        return None
+        return JSON_NULL
     try:
         type_byte = data[0]
         if type_byte <= _LARGE_ARRAY:
             return _decode_container(data, 1, n, type_byte & 1 == 1, type_byte <= _LARGE_OBJECT, 1)
-        return _decode_scalar(data, type_byte, 1, n)
+        value = _decode_scalar(data, type_byte, 1, n)
+        return JSON_NULL if value is None else value
     except (IndexError, struct.error, ValueError, OverflowError, RecursionError) as exc:
         # Every read is bounds-checked; this only keeps the module's contract (typed
         # errors only) should a check ever be missing.
@@ -646,7 +667,7 @@ def to_mysql_json_text(value: object) -> str:
         return "[" + ", ".join([to_mysql_json_text(item) for item in v]) + "]"
     if kind is int:
         return str(v)
-    if v is None:
+    if v is None or v is JSON_NULL:
         return "null"
     if v is True:
         return "true"
@@ -928,6 +949,8 @@ def decode_json_diffs(
                 )
             try:
                 value = decode_json(view[pos : pos + value_length])
+                if value is JSON_NULL:  # a value inside the document, not a document
+                    value = None
             except JsonDecodeError as exc:
                 raise exc.with_context(path=path, diff_offset=diff_at, value_offset=pos) from None
             pos += value_length

@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 from replicad.binlog import jsonb
 from replicad.binlog.charsets import CODEC_BY_CHARSET, decode_mysql_latin1
 from replicad.binlog.column_types import SqlType
-from replicad.binlog.rows import JsonPartialUpdate
 from replicad.binlog.values import Geometry
 from replicad.errors import ConfigError, ReplicadError
 from replicad.exit_codes import EXIT_CONFIG
@@ -408,18 +407,11 @@ def _binary(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encoder:
 
 def _json(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encoder:
     def as_json_text(value: Any) -> str:
-        if isinstance(value, JsonPartialUpdate):
-            # A partial update (binlog_row_value_options=PARTIAL_JSON) without its base
-            # document. Debezium has no representation; the diffs are kept rather than lost,
-            # as the JSON text of replicad's own {"json_diffs": [...]} (sinks/envelope.py).
-            diffs = [
-                {"op": d.operation.name.lower(), "path": d.path, "value": d.value}
-                for d in value.diffs  # a REMOVE's value is None: null
-            ]
-            return jsonb.to_mysql_json_text({"json_diffs": diffs})
         # The documentation says only "the string representation"; this is the text MySQL
         # prints (", " and ": "), as the connector's snapshot reads it. Its binlog reader
-        # writes the same document without the spaces.
+        # writes the same document without the spaces. A JSON null document is the text
+        # "null", SQL NULL stays null. (A partial update without its base document never
+        # gets here: binlog/changes.py takes it out of the image into `json_diffs`.)
         return jsonb.to_mysql_json_text(value)
 
     return as_json_text

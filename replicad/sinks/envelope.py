@@ -66,20 +66,9 @@ def _default(value: Any) -> Any:
         return value
     if isinstance(value, jsonb.JsonOpaque):
         return str(value)
-    if hasattr(value, "diffs"):  # a partial JSON update without its base document
-        return {
-            "json_diffs": [
-                {"op": d.operation.name.lower(), "path": d.path, "value": _json_fragment(d)}
-                for d in value.diffs
-            ]
-        }
-    raise TypeError(f"no JSON mapping for {type(value).__name__}")
-
-
-def _json_fragment(diff: Any) -> Any:
-    if diff.operation == jsonb.JsonDiffOp.REMOVE:
+    if value is jsonb.JSON_NULL:
         return None
-    return orjson.Fragment(jsonb.to_mysql_json_text(diff.value))
+    raise TypeError(f"no JSON mapping for {type(value).__name__}")
 
 
 Row = dict[str, Any] | None
@@ -97,7 +86,9 @@ def row_messages(change: RowChange) -> tuple[tuple[str, Row, Row], ...]:
     the JSON-lines sink, `replicad dump`) writes these same messages."""
     if change.op == "u" and change.primary_key:
         before, after = change.before or {}, change.after or {}
-        if any(before.get(k) != after.get(k) for k in change.primary_key):
+        # A key column one image does not carry (binlog_row_image MINIMAL, a `key_columns`
+        # column) is not known to have changed: only columns in both images are compared.
+        if any(k in before and k in after and before[k] != after[k] for k in change.primary_key):
             return (("d", change.before, None), ("c", None, change.after))
     return ((change.op, change.before, change.after),)
 
@@ -144,7 +135,41 @@ def change_envelope(
         "op": op,
         "ts_ms": ts_ms,
         "transaction": transaction,
+        **image_notes(change, before, after),
     }
+
+
+def image_notes(change: RowChange, before: Row, after: Row) -> dict[str, Any]:
+    """What a message's images cannot say themselves (docs/consumers.md, "Partial row
+    images", "JSON null"), for each image the message has: `absent`, the columns the binlog
+    image did not carry; `json_null`, the JSON columns whose document is `null` (not SQL
+    NULL; in `exact` mode, where both are written null); `json_diffs`, a JSON column's
+    changes without its base document. Empty for a full image without JSON nulls: those
+    messages are as they always were."""
+    images = [(k, row, absent) for k, row, absent in zip(_IMAGES, (before, after),
+              change.absent, strict=True) if row is not None]  # fmt: skip
+    notes: dict[str, Any] = {}
+    if any(absent for _, _, absent in images):
+        notes["absent"] = {k: list(absent) for k, _, absent in images}
+    if change.json_columns:
+        nulls = {k: [n for n, v in row.items() if v is jsonb.JSON_NULL] for k, row, _ in images}
+        if any(nulls.values()):
+            notes["json_null"] = nulls
+    if change.json_diffs and after is not None:
+        notes["json_diffs"] = {n: [_diff(d) for d in ds] for n, ds in change.json_diffs.items()}
+    return notes
+
+
+_IMAGES = ("before", "after")
+
+
+def _diff(diff: jsonb.JsonDiff) -> dict[str, Any]:
+    """One JSON diff: MySQL's operation in lower case, its path, and (not for a remove) the
+    new value as JSON, whatever the value mode (it is replicad's own field)."""
+    out: dict[str, Any] = {"op": diff.operation.name.lower(), "path": diff.path}
+    if diff.operation != jsonb.JsonDiffOp.REMOVE:
+        out["value"] = orjson.Fragment(jsonb.to_mysql_json_text(diff.value))
+    return out
 
 
 def truncate_envelope(change: TableChange, name: str, ts_ms: int) -> dict:
@@ -190,10 +215,18 @@ def _row(row: dict[str, Any] | None, json_columns: frozenset[str]) -> dict[str, 
 
 def _json_document(value: Any) -> Any:
     """A MySQL JSON column's value as a row's JSON holds it: the document as MySQL prints it
-    (NULL, and a partial update without its base document, stay as they are)."""
-    if value is None or hasattr(value, "diffs"):
+    (SQL NULL stays None)."""
+    if value is None:
         return value
     return json_column(value)
+
+
+_NO_ABSENT: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+
+def _notes_json(notes: dict[str, Any]) -> bytes:
+    """The notes as the envelope's last fields (`,"absent":...`), b"" without any."""
+    return b"".join(b',"%b":%b' % (k.encode(), dumps(v)) for k, v in notes.items())
 
 
 def _dumps_row(row: dict[str, Any] | None) -> bytes:
@@ -262,10 +295,13 @@ class EnvelopeWriter:
         if schema is not self._version[0]:
             self._version = (schema, orjson.dumps(None if schema is None else schema.version))
         json_columns = change.json_columns
+        notes = b""
+        if json_columns or change.absent != _NO_ABSENT or change.json_diffs:
+            notes = _notes_json(image_notes(change, before, after))
         if json_columns:
             before, after = _row(before, json_columns), _row(after, json_columns)
         body = b'{"before":%b,"after":%b%b%d%b%b,"file":%b,"pos":%b,"row":%d,"thread":%b,' \
-            b'"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,"transaction":%b}' % (
+            b'"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,"transaction":%b%b}' % (
             _dumps_row(before),
             _dumps_row(after),
             parts[0],
@@ -281,6 +317,7 @@ class EnvelopeWriter:
             op.encode(),
             ts_ms,
             b"null" if transaction is None else dumps(transaction),
+            notes,
         )  # fmt: skip
         if self.connect is None:
             return body
@@ -308,8 +345,14 @@ class EnvelopeWriter:
             orjson.dumps(change.query),
             orjson.dumps(None if schema is None else schema.version),
         )
-        end = b'","ts_ms":%d,"transaction":null}' % ts_ms
-        return head, (tail + b"c" + end, tail + b"u" + end, tail + b"d" + end)
+        end = b'","ts_ms":%d,"transaction":null' % ts_ms
+        # The images' notes are the event's (its bitmaps): the compiled path takes no event
+        # whose rows differ in them (JSON nulls, JSON diffs).
+        images: dict[str, tuple[Row, Row]] = {"c": (None, {}), "u": ({}, {}), "d": ({}, None)}
+        return head, tuple(
+            tail + op.encode() + end + _notes_json(image_notes(change, *images[op])) + b"}"
+            for op in ("c", "u", "d")
+        )
 
     def truncate(self, change: TableChange, ts_ms: int) -> bytes:
         """The op "t" message of a TRUNCATE (with schemas: the envelope's schema without the

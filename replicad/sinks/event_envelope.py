@@ -9,8 +9,10 @@ zero dates, wide DECIMALs, other charsets) go through the same `_default` as the
 
 `EventEncoder.encode` returns None when the event must take the row-by-row path: no
 compiled decoder, a PARTIAL_UPDATE_ROWS event, a table without its TABLE_MAP, a key that
-is not a plain column copy, an image that does not fit (the row-by-row path then raises
-the error that names it).
+is not a plain column copy, an update whose images do not both carry the key (MINIMAL: the
+row path fills it in), a JSON column holding the document `null` (the row path notes it
+per row), an image that does not fit (the row-by-row path then raises the error that
+names it).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any
 import orjson
 
 from replicad.binlog import decoder_choice
-from replicad.binlog.changes import EventRows, RowChange
+from replicad.binlog.changes import EventRows, ImageAbsence, RowChange
 from replicad.binlog.column_types import TableDescription, describe
+from replicad.binlog.jsonb import JSON_NULL
 from replicad.binlog.rows import RowImageDecoder, TableMapEvent
 from replicad.binlog.values import ColumnType
 from replicad.sinks.envelope import EnvelopeWriter, value_json
@@ -32,6 +35,12 @@ except ImportError:  # the pure-Python install: every event takes the row-by-row
     _speedups = None  # type: ignore[assignment]
 
 _KINDS = {"c": 0, "u": 1, "d": 2}
+
+
+class _RowPathOnly(Exception):
+    """A value the compiled path leaves to the row path (it writes per-row notes)."""
+
+
 # Key columns whose equal values can have different JSON texts (-0.0 and 0.0; a NaN in a
 # VECTOR is not even equal to itself in Python): an update of such a key is compared in
 # Python, row by row.
@@ -87,6 +96,7 @@ class EventEncoder:
         first = table.image_decoder(event.present_before)
         second = table.image_decoder(event.present_after) if op == "u" else None
         primary_key = tuple(table.primary_key_names)
+        images = ImageAbsence.of(event, table)
         plan = self._plan(table, first, second, primary_key, op)
         if plan is None:
             return None
@@ -114,6 +124,7 @@ class EventEncoder:
             self._describe(table),
             rows.thread,
             rows.query,
+            absent=((), ()) if images is None else (images.before, images.after),
         )
         head, tails = self.writer.event_parts(
             template, template.ts_ms if now_ms is None else now_ms
@@ -163,6 +174,7 @@ class EventEncoder:
             compiled_first is not None
             and (second is None or compiled_second is not None)
             and not (split and _inexact(table, primary_key))
+            and not (split and _key_left_out(first, second, primary_key))
         ):
             # The key columns: what the key is made of, and what a split update compares.
             plan = (
@@ -208,6 +220,14 @@ def _indexes(decoder: RowImageDecoder, names: tuple[str, ...]) -> tuple[int, ...
     return tuple(present.get(n, -1) for n in names)
 
 
+def _key_left_out(
+    first: RowImageDecoder, second: RowImageDecoder | None, names: tuple[str, ...]
+) -> bool:
+    """An update image without a key column (binlog_row_image MINIMAL): the row path fills
+    the after image's key from the before image and compares only what both carry."""
+    return second is not None and -1 in _indexes(first, names) + _indexes(second, names)
+
+
 def _inexact(table: TableMapEvent, names: tuple[str, ...]) -> bool:
     types = {c.name: table.column_types[c.index] for c in table.columns}
     return any(types.get(n) in _INEXACT_KEY_TYPES for n in names)
@@ -215,6 +235,9 @@ def _inexact(table: TableMapEvent, names: tuple[str, ...]) -> bool:
 
 def _fallback(json_flags: tuple[bool, ...]) -> Any:
     def fallback(index: int, value: Any) -> bytes:
+        if value is JSON_NULL:
+            # Declines the event (encode returns None): the row path notes it per row.
+            raise _RowPathOnly("a JSON null document")
         return value_json(value, json_flags[index])
 
     return fallback
