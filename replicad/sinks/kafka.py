@@ -173,6 +173,8 @@ class KafkaSink:
         self._committed_seq = 0
         self._commit_due = False
         self._committing = False
+        # The commit in progress, as a task of its own (see `_commit_batch`).
+        self._commit_task: asyncio.Task[None] | None = None
         # The id of the Kafka transaction that is open or (between transactions) begins with
         # the next message: `<instance>:<n>`, n counting the transactions begun.
         self._instance = secrets.token_hex(8)
@@ -566,6 +568,7 @@ class KafkaSink:
         return bool(self._pending) or self._commit_due
 
     async def wait_for_room(self) -> None:
+        await self._finish_commit()  # nothing is produced while a commit is in progress
         while self._pending:
             if self._fatal is not None:
                 raise self._fatal
@@ -609,6 +612,7 @@ class KafkaSink:
     async def maintain(self) -> None:
         if self._fatal is not None:
             raise self._fatal
+        await self._finish_commit()
         self._poll()
         if (
             self.exactly_once
@@ -621,14 +625,11 @@ class KafkaSink:
 
     async def drain(self, timeout_s: float, failed: bool = False) -> None:
         deadline = time.monotonic() + timeout_s
-        if failed and self.exactly_once:
-            return  # the open Kafka transaction is aborted by close()
+        if self.exactly_once:
+            await self._drain_transaction(failed)
+            return
         if not failed:
             await self.wait_for_room()
-        if self.exactly_once:
-            if self._last_mark is not None and self._last_mark[0] > self._committed_seq:
-                await self._commit_batch()
-            return
         # flush() on this thread, in short slices: delivery reports touch the tracker.
         try:
             while self.producer.flush(0.1) and time.monotonic() < deadline:
@@ -642,6 +643,29 @@ class KafkaSink:
                 messages=remaining,
                 note="they are re-sent from the stored position at the next start",
             )
+
+    async def _drain_transaction(self, failed: bool) -> None:
+        """Exactly-once at a stop: end the open Kafka transaction at its last mark. A stop
+        cancels the pipeline wherever it waits, possibly inside a commit: that one ends
+        first (`_finish_commit`), then what remains is committed, or left to close() to
+        abort."""
+        await self._finish_commit()
+        if failed:
+            return  # the open Kafka transaction is aborted by close()
+        if self._since_mark:
+            # Stopped inside a binlog transaction (the stop's grace ran out, or the source
+            # reconnected mid-transaction): a Kafka transaction commits whole, so it may only
+            # end at a mark, and this one holds messages after its last. Aborted by close();
+            # a restart resumes from the last committed position and sends them again.
+            log.warning(
+                "kafka_batch_aborted_at_stop",
+                messages_after_mark=self._since_mark,
+                committed_seq=self._committed_seq,
+            )
+            return
+        await self.wait_for_room()
+        if self._last_mark is not None and self._last_mark[0] > self._committed_seq:
+            await self._commit_batch()
 
     def abandon(self) -> None:
         """Leadership lost: purge what librdkafka has not sent yet, so this (deposed) process
@@ -660,11 +684,8 @@ class KafkaSink:
             self.producer.close(timeout_s=2.0)
 
     def close(self) -> None:
-        if self.exactly_once and self._in_kafka_txn and self._fatal is None:
-            try:  # whatever follows the last committed mark is sent again after a restart
-                self._transactional.abort_transaction(5.0)
-            except KafkaException as exc:
-                log.warning("kafka_abort_failed", error=exc.args[0].str())
+        if self.exactly_once:
+            self._abort_at_close()
         try:
             self._poll()
         except SinkError:
@@ -673,6 +694,29 @@ class KafkaSink:
             self.producer.close()
 
     # ------------------------------------------------------------------ exactly-once
+
+    def _abort_at_close(self) -> None:
+        """Abort the open Kafka transaction: whatever follows the last committed mark is sent
+        again after a restart. Not while a commit is still in progress (a drain cut short by
+        its timeout): an abort would only conflict with it; the broker completes it, or
+        aborts it at the transaction timeout."""
+        task = self._commit_task
+        if task is not None and not task.done():
+            log.warning(
+                "kafka_commit_unsettled_at_close",
+                committed_seq=self._committed_seq,
+                note="a restart resumes from the last position committed in Kafka",
+            )
+            return
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            self._commit_task = None  # its error was raised by the drain (or the pipeline's)
+            return  # a failed commit aborted its transaction already
+        if self._in_kafka_txn and self._fatal is None:
+            try:
+                self._transactional.abort_transaction(5.0)
+            except KafkaException as exc:
+                log.warning("kafka_abort_failed", error=exc.args[0].str())
+            self._end_kafka_transaction()
 
     def _begin_kafka_transaction(self) -> None:
         try:
@@ -715,7 +759,33 @@ class KafkaSink:
                 raise _fenced_or(err, "cannot abort a Kafka transaction") from None
 
     async def _commit_batch(self) -> None:
-        """Commit the open Kafka transaction with a position record for its last mark."""
+        """Commit the open Kafka transaction with a position record for its last mark.
+
+        The commit runs as a task of its own, which the caller waits for through a shield: a
+        stop cancels the pipeline wherever it waits, and a commit cut off at one of its awaits
+        would go on in librdkafka's worker thread while this sink still counted its
+        transaction open; the drain's own commit then produced into a transaction that was
+        no longer there ("Erroneous state", exit 75 instead of a clean stop). Shielded, the
+        commit ends in full, and whoever comes next waits for it first (`_finish_commit`)."""
+        await self._finish_commit()
+        if self._last_mark is None or self._last_mark[0] <= self._committed_seq:
+            self._commit_due = False
+            return  # the commit just waited for covered the last mark already
+        self._commit_task = asyncio.ensure_future(self._commit_last_mark())
+        await self._finish_commit()
+
+    async def _finish_commit(self) -> None:
+        """Wait for the commit in progress, if any; its error is raised here (once)."""
+        task = self._commit_task
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done():  # not when this wait itself was cancelled: the task goes on
+                self._commit_task = None
+
+    async def _commit_last_mark(self) -> None:
         self._commit_due = False
         assert self._last_mark is not None
         seq, position = self._last_mark
