@@ -211,9 +211,9 @@ def _last_record(
     consumer.assign(
         [TopicPartition(topic, p, max(low, high - window)) for p, (low, high) in ends.items()]
     )
-    # The end of a partition is the EOF the fetch reports, not the watermark asked before:
-    # the test broker's answer to that is not reliable (one that is too low or too high only
-    # makes the window start earlier or later, which the growth corrects).
+    # The end of a partition is the EOF the fetch reports (the last stable offset then), not
+    # the watermark asked before, which a commit since may have moved (an end learnt too early
+    # only makes the window start earlier than needed).
     open_partitions = set(ends)
     idle_since = time.monotonic()
     while open_partitions and time.monotonic() - idle_since < IDLE_S:
