@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import structlog
+
 from replicad.binlog.gtid import Gtid, GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.config import StartConfig
@@ -14,6 +16,8 @@ from replicad.protocol.commands import ResultSet, cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.source.event_list import listed_events
 from replicad.source.stream import ServerInfo
+
+log = structlog.get_logger("replicad.source")
 
 # How SHOW BINLOG EVENTS prints a MySQL GTID (or GTID_TAGGED) event.
 _GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'")
@@ -66,7 +70,13 @@ async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: i
             return Position(file, pos, None, MariaGtidPosition.parse(str(value)))
         return Position(file, pos)
     if info.gtid_mode:
-        return Position(file, pos, await mysql_gtids_at(conn, file, pos), None)
+        try:
+            return Position(file, pos, await mysql_gtids_at(conn, file, pos), None)
+        except ServerError as exc:
+            # A proxy or server that cannot list binlog events: the position still works,
+            # resumed by file offset until a restart can work the set out.
+            log.warning("start_gtid_set_unknown", file=file, pos=pos, error=str(exc),
+                        note="resumed by file offset, not by GTID")  # fmt: skip
     return Position(file, pos)  # no GTIDs on the primary: file:pos is all there is
 
 
