@@ -413,10 +413,12 @@ def test_an_idle_primary_behind_the_relay_log_is_no_lag(shop, tmp_path) -> None:
             value = sample(text, "replicad_lag_seconds", pipeline="relay-idle")
             return 99.0 if value is None else value
 
-        # read about 6 s late; heartbeats come every second once the primary is idle
-        _wait_value(lag, lambda v: v < 1.0, 10, "the lag to drop to 0")
+        # Read about 6 s late; heartbeats come every second once the primary is idle. The
+        # bound is 3 s, not 0: tests beside this one keep the shared primary busy, and a
+        # loaded machine delays the heartbeats (the defect this guards against left 6 s).
+        _wait_value(lag, lambda v: v < 3.0, 10, "the lag to drop")
         time.sleep(3.0)  # and it stays there while the primary stays idle
-        assert lag() < 1.0
+        assert lag() < 3.0
         assert http_json(base + "/readyz")[0] == 200
     finally:
         assert daemon.stop() == 0
