@@ -66,7 +66,10 @@ def test_minimal_row_image_carries_only_key_and_changed_columns(table, mariadb) 
     # MINIMAL: inserts still log every column that has a value (MariaDB logs all of them).
     assert changes[0].after == {"id": 1, "a": "x", "b": 10, "big": b"blob", "note": "n"}
     assert changes[1].before == {"id": 1}
-    assert changes[1].after == {"b": 11}
+    # The update stays an update: the key comes from the before image; the columns neither
+    # image carried are named absent, never published as null (docs/consumers.md).
+    assert changes[1].after == {"id": 1, "b": 11}
+    assert changes[1].absent == (("a", "b", "big", "note"), ("a", "big", "note"))
     assert changes[2].before == {"id": 1}
 
 
