@@ -56,9 +56,13 @@ class KafkaReplicad(DaemonProcess):
         pipeline: str = "kt",
         start: str = "latest",
         db: str | None = None,
+        port: int = MARIADB_PORT,
+        user: str = "repl",
+        password: str = "repl",
     ) -> None:
         """`db`: publish only that database's tables (filters.include), so that what tests
-        running beside this one write on the shared primary stays out of its topics."""
+        running beside this one write on the shared primary stays out of its topics.
+        `port`/`user`/`password`: another primary than the shared MariaDB (the MySQL one)."""
         tmp.mkdir(parents=True, exist_ok=True)
         if db is not None:
             extra_yaml = f"filters: {{include: ['{db}\\..*']}}\n" + extra_yaml
@@ -66,11 +70,11 @@ class KafkaReplicad(DaemonProcess):
             tmp,
             pipeline=pipeline,
             source_yaml=(
-                f"  host: 127.0.0.1\n  port: {MARIADB_PORT}\n  user: repl\n"
+                f"  host: 127.0.0.1\n  port: {port}\n  user: {user}\n"
                 f"  server_id: {server_id}\n  start: {start}\n  heartbeat_s: 1\n"
                 "  reconnect: {initial_s: 0.05, max_s: 0.5}\n"
             ),
-            password="repl",
+            password=password,
             sinks_yaml=(
                 f"  kafka:\n    bootstrap_servers: '{kafka}'\n    prefix: {prefix}\n"
                 + "".join(f"    {line}\n" for line in kafka_yaml.splitlines() if line)
@@ -184,11 +188,13 @@ class BackgroundWriter(threading.Thread):
         seed: int,
         pause_s: float = 0.01,
         workload: Callable[[pymysql.connections.Connection, int], Any] = Workload,
+        connect: Callable[..., pymysql.connections.Connection] = connect_root,
     ) -> None:
         """`workload(conn, seed)`: anything with `transaction()` and a `statements` count
-        (default: the shop tables' Workload)."""
+        (default: the shop tables' Workload); `connect`: the primary's root connection
+        (default the shared MariaDB)."""
         super().__init__(daemon=True)
-        self.conn = connect_root(database=db)
+        self.conn = connect(database=db)
         with self.conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
         self.workload = workload(self.conn, seed)
