@@ -93,7 +93,7 @@ def test_partition_leader_killed_then_replicad_sigkilled(shop, healthy_cluster, 
     conn, db = shop
     cluster = healthy_cluster
     prefix = f"k{uuid.uuid4().hex[:8]}"
-    replicad = _replicad(tmp_path, 7301, prefix, cluster.bootstrap)
+    replicad = _replicad(tmp_path, 7301, prefix, cluster.bootstrap, db=db)
     replicad.start()
     writer = BackgroundWriter(db, seed=31)
     writer.start()
@@ -155,7 +155,7 @@ def test_all_brokers_down_30s_daemon_waits(shop, healthy_cluster, tmp_path) -> N
     conn, db = shop
     cluster = healthy_cluster
     prefix = f"k{uuid.uuid4().hex[:8]}"
-    replicad = _replicad(tmp_path, 7302, prefix, cluster.bootstrap)
+    replicad = _replicad(tmp_path, 7302, prefix, cluster.bootstrap, db=db)
     replicad.start()
     writer = BackgroundWriter(db, seed=32, pause_s=0.02)
     writer.start()
@@ -203,7 +203,7 @@ def test_change_topic_deleted_under_the_pipeline(shop, healthy_cluster, tmp_path
     _conn, db = shop
     cluster = healthy_cluster
     prefix = f"k{uuid.uuid4().hex[:8]}"
-    replicad = _replicad(tmp_path, 7303, prefix, cluster.bootstrap)
+    replicad = _replicad(tmp_path, 7303, prefix, cluster.bootstrap, db=db)
     replicad.start()
     writer = BackgroundWriter(db, seed=33, pause_s=0.05)
     writer.start()
@@ -236,7 +236,7 @@ def test_exactly_once_coordinator_killed_during_commits(shop, healthy_cluster, t
     pipeline = f"eos{uuid.uuid4().hex[:6]}"
     replicad = _replicad(
         tmp_path, 7304, prefix, cluster.bootstrap, kafka_yaml="exactly_once: true\n",
-        pipeline=pipeline,
+        pipeline=pipeline, db=db,
     )  # fmt: skip
     replicad.start()
     writer = BackgroundWriter(db, seed=34)
