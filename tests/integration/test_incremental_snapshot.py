@@ -297,8 +297,8 @@ def test_an_interrupted_initial_snapshot_resumes_after_its_last_stored_key(
     the stored key (not a new snapshot from zero); the topics fold to the tables.
 
     The stop is a SIGTERM: a SIGKILL leaves whatever the last checkpoint stored, and whether
-    that holds progress depends on when the broker acknowledges (tansu often acknowledges
-    the whole snapshot at its end). The restart reads only the stored position either way;
+    that holds progress depends on when the broker acknowledged the chunks. The restart
+    reads only the stored position either way;
     the SIGKILL case of the same resume is test_..._resumes_at_the_next_chunk_after_a_kill."""
     conn, name = db
     rows, chunk = 200_000, 4000

@@ -130,8 +130,8 @@ def test_initial_snapshot_under_writes_folds_to_the_tables(shop, kafka, tmp_path
     writer.start()
     prefix = f"s{uuid.uuid4().hex[:8]}"
     # Watermarked chunks go out one window at a time, each as its own small producer batches:
-    # the S3-backed test broker (tansu) serves thousands of them very slowly to the reader,
-    # so that method reads bigger chunks here (both still read accounts in many chunks).
+    # that method reads bigger chunks here to keep the test short (both still read accounts
+    # in many chunks).
     chunk_rows = 150 if method == "consistent" else 4000
     replicad = KafkaReplicad(
         tmp_path,
