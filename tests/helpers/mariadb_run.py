@@ -19,8 +19,9 @@ class Replicad(DaemonProcess):
 
     def __init__(self, tmp: Path, *, server_id: int, user: str = "repl", password: str = "repl",
                  start: str = "latest", port: int = MARIADB_PORT,
-                 unit_part_bytes: int | None = None) -> None:  # fmt: skip
+                 unit_part_bytes: int | None = None, tls: str | None = None) -> None:  # fmt: skip
         parts = "" if unit_part_bytes is None else f"  unit_part_bytes: {unit_part_bytes}\n"
+        parts += "" if tls is None else f"  tls: {tls}\n"  # a flow mapping of source.tls
         super().__init__(
             tmp,
             pipeline="test",
