@@ -357,6 +357,8 @@ class ReplicaStream:
             host=self.source.host,
             port=self.source.port,
             server_version=info.version,
+            tls=conn.server.tls,
+            auth_plugin=conn.server.auth_plugin,
             start=str(position),
             dump=dump,
             connection=self.connections,

@@ -89,6 +89,12 @@ def _streams_row(replicad: Replicad, conn: pymysql.connections.Connection, db: s
         assert replicad.stop() == 0
 
 
+def _logins(replicad: Replicad) -> list[tuple[bool, str]]:
+    """(over TLS, authentication plugin) of each connection, from `source_connected`."""
+    return [(e["tls"], e["auth_plugin"]) for e in replicad.log_events()
+            if e["event"] == "source_connected"]  # fmt: skip
+
+
 def _stranger_key(tmp: Path) -> Path:
     path = tmp / "stranger.pem"
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -115,6 +121,7 @@ def test_caching_sha2_full_authentication_over_tls_with_a_verified_ca(
     _flush_password_cache(conn)
     _streams_row(replicad, conn, db, 1)
     assert [c["after"] for c in _ours(replicad, db)] == [{"id": 1}]
+    assert _logins(replicad) == [(True, "caching_sha2_password")]
 
     # verify-ca means it: a CA that did not sign the server's certificate is refused.
     other_ca = server_pki(tmp_path / "bad").other_ca
@@ -150,7 +157,9 @@ def test_caching_sha2_without_tls_takes_the_rsa_exchange_then_the_fast_path(
     assert refused.returncode == 78, refused.stderr
     assert f"{user}@127.0.0.1".encode() in refused.stderr, refused.stderr
     # Without a configured key replicad asks the server for its key: the RSA exchange.
-    _streams_row(plain(runs[1], 7904), conn, db, 1)
+    asked = plain(runs[1], 7904)
+    _streams_row(asked, conn, db, 1)
+    assert _logins(asked) == [(False, "caching_sha2_password")]
     # That login filled the cache: the fast path never touches the (still wrong) key.
     _streams_row(plain(runs[2], 7905, stranger), conn, db, 2)
 
