@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pymysql
 
 from replicad.binlog.changes import RowChange, iter_row_changes
 from replicad.binlog.files import iter_file_events
-from replicad.binlog.rows import RowsEvent
+from replicad.binlog.rows import RowsEvent, TableMapEvent
 
 
 def binlog_position(conn: pymysql.connections.Connection) -> tuple[str, int]:
@@ -71,3 +73,32 @@ def rows_by_column_decoders(event: RowsEvent) -> list[tuple[dict | None, dict | 
             out.append((decoded[0], None))
     assert pos == len(body)
     return out
+
+
+@contextlib.contextmanager
+def row_metadata(
+    connect: Callable[[], pymysql.connections.Connection], value: str
+) -> Iterator[None]:
+    """The server's global binlog_row_metadata set to `value` inside, FULL again after (the
+    tests beside a serial test expect FULL)."""
+    root = connect()
+    try:
+        with root.cursor() as cur:
+            cur.execute(f"SET GLOBAL binlog_row_metadata = '{value}'")
+        yield
+    finally:
+        with root.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+        root.close()
+
+
+def table_maps_since(
+    conn: pymysql.connections.Connection, binlog_dir: Path, start: tuple[str, int], db: str
+) -> list[TableMapEvent]:
+    """The TABLE_MAP events of `db`'s tables written since `start` (file, pos)."""
+    maps: list[TableMapEvent] = []
+    for name in binlog_files_since(conn, start[0]):
+        begin = start[1] if name == start[0] else None
+        maps += [e for e in iter_file_events(binlog_dir / name, start=begin)
+                 if isinstance(e, TableMapEvent) and e.schema == db]  # fmt: skip
+    return maps

@@ -15,7 +15,6 @@ These tests are serial: they flush a server-wide cache, compare with the server-
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,9 +25,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from replicad.binlog.files import iter_file_events
-from replicad.binlog.rows import TableMapEvent
-from tests.helpers.binlog_helpers import binlog_files_since
+from tests.helpers.binlog_helpers import row_metadata, table_maps_since
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.mariadb_run import Replicad
 from tests.helpers.mysql import (
@@ -257,28 +254,6 @@ def test_a_stream_with_tagged_gtids_resumes_with_every_row_once(
     assert {"replicadtag", "othertag"} <= tags, stored
 
 
-@contextlib.contextmanager
-def _minimal_row_metadata() -> Iterator[None]:
-    root = connect_root()
-    try:
-        with root.cursor() as cur:
-            cur.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
-        yield
-    finally:
-        with root.cursor() as cur:
-            cur.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
-        root.close()
-
-
-def _table_maps_since(conn, binlog_dir: Path, start: tuple[str, int], db: str) -> list:
-    maps = []
-    for name in binlog_files_since(conn, start[0]):
-        first = start[1] if name == start[0] else None
-        maps += [e for e in iter_file_events(binlog_dir / name, start=first)
-                 if isinstance(e, TableMapEvent) and e.schema == db]  # fmt: skip
-    return maps
-
-
 def _rows(change: dict[str, Any]) -> tuple[str, str, Any, Any]:
     return change["source"]["table"], change["op"], change["before"], change["after"]
 
@@ -309,7 +284,7 @@ def test_minimal_metadata_changes_carry_the_columns_they_were_written_with(
         "RENAME TABLE a TO a2",
         "UPDATE a2 SET amount = 4 WHERE id = 2",
     ]
-    with _minimal_row_metadata(), conn.cursor() as cur:
+    with row_metadata(connect_root, "MINIMAL"), conn.cursor() as cur:
         start = binlog_position(conn)
         replicad.start()
         for sql in statements_live:
@@ -323,7 +298,7 @@ def test_minimal_metadata_changes_carry_the_columns_they_were_written_with(
             wait_for(lambda: len(_ours(replicad, db)) >= 7, 60, "seven changes")
         finally:
             assert replicad.stop() == 0
-    maps = _table_maps_since(conn, mysql.binlog_dir, start, db)
+    maps = table_maps_since(conn, mysql.binlog_dir, start, db)
     assert len(maps) >= 7 and not any(m.has_names for m in maps), "MINIMAL was not in effect"
     assert [_rows(c) for c in _ours(replicad, db)] == [
         ("a", "c", None, {"id": 1, "v": "one", "n": 18446744073709551615, "color": "green",

@@ -10,44 +10,17 @@ writes and always restored to FULL.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from replicad.binlog.files import iter_file_events
-from replicad.binlog.rows import TableMapEvent
-from tests.helpers.binlog_helpers import binlog_files_since, binlog_position
+from tests.helpers.binlog_helpers import binlog_position, row_metadata, table_maps_since
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.mariadb import connect_root
 from tests.helpers.mariadb_run import Replicad
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]  # sets global binlog_row_metadata
-
-
-@contextlib.contextmanager
-def row_metadata(value: str) -> Iterator[None]:
-    root = connect_root()
-    try:
-        with root.cursor() as cur:
-            cur.execute(f"SET GLOBAL binlog_row_metadata = '{value}'")
-        yield
-    finally:
-        with root.cursor() as cur:
-            cur.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
-        root.close()
-
-
-def table_maps_since(conn, binlog_dir: Path, start: tuple[str, int], db: str) -> list:
-    out = []
-    for name in binlog_files_since(conn, start[0]):
-        begin = start[1] if name == start[0] else None
-        out += [e for e in iter_file_events(binlog_dir / name, start=begin)
-                if isinstance(e, TableMapEvent) and e.schema == db]  # fmt: skip
-    return out
 
 
 def ours(replicad: Replicad, db: str) -> list[dict[str, Any]]:
@@ -76,7 +49,7 @@ def test_minimal_metadata_changes_carry_the_columns_they_were_written_with(
         cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT UNSIGNED, "
                     "color ENUM('red','green','blue'), tags SET('x','y'))")  # fmt: skip
     replicad = Replicad(tmp_path, server_id=5201)
-    with row_metadata("MINIMAL"):
+    with row_metadata(connect_root, "MINIMAL"):
         start = binlog_position(conn)
         replicad.start()
         try:
@@ -127,7 +100,7 @@ def test_restart_decodes_what_was_written_while_down_with_the_historical_columns
         cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n INT, "
                     "color ENUM('red','green'))")  # fmt: skip
     replicad = Replicad(tmp_path, server_id=5202)
-    with row_metadata("MINIMAL"), conn.cursor() as cur:
+    with row_metadata(connect_root, "MINIMAL"), conn.cursor() as cur:
         replicad.start()
         run(
             cur,
