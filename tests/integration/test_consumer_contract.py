@@ -217,7 +217,8 @@ def test_filters_apply_to_table_level_events(db, kafka, tmp_path) -> None:
         server_id=7153,
         prefix=prefix,
         kafka=kafka,
-        extra_yaml=f"filters:\n  exclude: ['{name}\\.skipped']\n",
+        # include: only this test's database (other tests write beside it on the primary)
+        extra_yaml=f"filters:\n  include: ['{name}\\..*']\n  exclude: ['{name}\\.skipped']\n",
     )
     replicad.start()
     with conn.cursor() as cur:
