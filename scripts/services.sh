@@ -25,6 +25,10 @@
 #       a private Prometheus (tests: it scrapes `replicad run`'s /metrics)
 #   scripts/services.sh kafka-instance up|down|kill|status <dir> <port> [controller port]
 #       a private single-node Apache Kafka (KRaft); controller port default <port>+1
+#   scripts/services.sh spark-jars
+#       fetches the jars the Spark jobs load (scripts/spark/pom.xml: MySQL Connector/J for
+#       `replicad spark verify`) from Maven Central, once per pom change, and prints their
+#       directory
 #   scripts/services.sh kafka-cluster up|down|kill|start|status <dir> <base port> [member ...]
 #       a private 3-node Apache Kafka cluster under <dir>/kafka1..kafka3 (replication factor 3,
 #       min.insync.replicas 2); member N (1-3) serves clients on base+N-1, its controller on
@@ -351,6 +355,33 @@ kafka_cluster_cmd() { # kafka-cluster up|down|kill|start|status <dir> <base port
       done ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
+}
+
+# ---------------------------------------------------------------- Spark's jars
+# Jars the Spark jobs load beside PySpark (scripts/spark/pom.xml) from Maven Central into
+# $SPARK_JARS/lib, once per pom change, as the Kafka broker's above. Not a service: the test
+# command fetches them (scripts/test.sh), and the tests are given the directory.
+SPARK_POM="$ROOT/scripts/spark/pom.xml"
+SPARK_JARS="$STATE/spark-jars"
+
+spark_jars_fetch() { # the jars, fetched again only when the pom changes
+  local stamp out
+  stamp="$SPARK_JARS/.fetched-$(sha1sum "$SPARK_POM" | cut -c1-12)"
+  [ -f "$stamp" ] && return 0
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
+  command -v mvn >/dev/null || apt_install maven
+  log "fetching the Spark jobs' jars (scripts/spark/pom.xml) from Maven Central"
+  rm -rf "$SPARK_JARS"; mkdir -p "$SPARK_JARS"
+  # REPLICAD_MAVEN_ARGS: options for mvn (a mirror, a proxy, -o), word-split on purpose.
+  # shellcheck disable=SC2086
+  if ! out=$(mvn -q -B ${REPLICAD_MAVEN_ARGS:-} -f "$SPARK_POM" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$SPARK_JARS/lib" 2>&1); then
+    # Maven 3.8 writes colour resets even in batch mode: stripped, for one clean line.
+    log "cannot fetch the Spark jobs' jars from Maven Central: $(printf '%s\n' "$out" \
+      | sed 's/\x1b\[[0-9;]*m//g' | grep -m1 -E 'ERROR|Could not' | sed 's/^\[ERROR\] *//')"
+    return 1
+  fi
+  touch "$stamp"
 }
 
 # ---------------------------------------------------------------- ZooKeeper
@@ -699,6 +730,7 @@ case ${1:-} in
   prometheus-instance) shift; prometheus_instance_cmd "$@"; exit 0 ;;
   zk-instance) shift; zk_instance_cmd "$@"; exit 0 ;;
   kafka-instance) shift; kafka_instance_cmd "$@"; exit 0 ;;
+  spark-jars) spark_jars_fetch; echo "$SPARK_JARS/lib"; exit 0 ;;
   kafka-cluster) shift; kafka_cluster_cmd "$@"; exit 0 ;;
   zk-ensemble) shift; zk_ensemble_cmd "$@"; exit 0 ;;
   zk-sasl) shift; zk_sasl_cmd "$@"; exit 0 ;;

@@ -10,6 +10,7 @@ cd "$ROOT"
 bash scripts/bootstrap.sh
 bash scripts/services.sh up
 bash scripts/services.sh test-tools
+bash scripts/services.sh spark-jars >/dev/null  # MySQL Connector/J for spark verify's tests
 bash scripts/lint.sh
 PY=.venv/bin/python
 for arg in "$@"; do
