@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.add_argument("--events", action="store_true", help="print every event, not row changes")
     dump.add_argument(
+        "--include-query",
+        action="store_true",
+        help="give each row change the statement logged with it (source.query), as "
+        "envelope.include_query does; off by default like the daemon's messages",
+    )
+    dump.add_argument(
         "--no-verify-checksum",
         dest="verify_checksum",
         action="store_false",
@@ -423,6 +429,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 events=args.events,
                 verify_checksum=args.verify_checksum,
                 history=history,
+                include_query=args.include_query,
             )
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):

@@ -501,6 +501,10 @@ class EnvelopeConfig(_Strict):
     bigint_unsigned_handling_mode: str = "long"  # long | precise
     enable_time_adjuster: bool = True
     schemas_enable: bool = False
+    # source.query: the statement logged with the rows (MariaDB's ANNOTATE_ROWS, then asked
+    # of the primary; MySQL's ROWS_QUERY with binlog_rows_query_log_events). Off by default,
+    # as Debezium's include.query: every row of a multi-row INSERT would carry it.
+    include_query: bool = False
 
     @model_validator(mode="after")
     def _schemas_need_debezium(self) -> EnvelopeConfig:

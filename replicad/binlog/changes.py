@@ -130,11 +130,18 @@ class EventRows:
 
 
 def iter_changes(
-    events: Iterable[Event], *, file: str | None = None, table_changes: TableChangesOf | None = None
+    events: Iterable[Event],
+    *,
+    file: str | None = None,
+    table_changes: TableChangesOf | None = None,
+    keep_query: bool = True,
 ) -> Iterator[RowChange | TableChange]:
     """Row changes and, with `table_changes`, the table-level changes of the statements
-    between them, in binlog order."""
-    return expand_rows(iter_changes_by_event(events, file=file, table_changes=table_changes))
+    between them, in binlog order; `keep_query` False leaves `query` None (see
+    `StatementContext`)."""
+    return expand_rows(
+        iter_changes_by_event(events, file=file, table_changes=table_changes, keep_query=keep_query)
+    )
 
 
 def expand_rows(items: Iterable[EventRows | TableChange]) -> Iterator[RowChange | TableChange]:
@@ -147,12 +154,16 @@ def expand_rows(items: Iterable[EventRows | TableChange]) -> Iterator[RowChange 
 
 
 def iter_changes_by_event(
-    events: Iterable[Event], *, file: str | None = None, table_changes: TableChangesOf | None = None
+    events: Iterable[Event],
+    *,
+    file: str | None = None,
+    table_changes: TableChangesOf | None = None,
+    keep_query: bool = True,
 ) -> Iterator[EventRows | TableChange]:
     """As `iter_changes`, with the rows of each ROWS event as one `EventRows`."""
     current_file = file
     gtid: str | None = None
-    statement = StatementContext()
+    statement = StatementContext(keep_query=keep_query)
     numbering = RowNumbering()
     for event in events:
         if isinstance(event, RowsEvent):
@@ -177,17 +188,23 @@ def iter_changes_by_event(
 class StatementContext:
     """What the events before a ROWS event say about its rows: the writing session's thread
     id (MySQL's BEGIN query; MariaDB logs no BEGIN for row transactions) and the statement
-    (ROWS_QUERY with binlog_rows_query_log_events, MariaDB's ANNOTATE_ROWS)."""
+    (ROWS_QUERY with binlog_rows_query_log_events, MariaDB's ANNOTATE_ROWS).
 
-    __slots__ = ("query", "thread")
+    `keep_query` False ignores the statement (`envelope.include_query` off, the default, as
+    Debezium's `include.query`): a client's multi-row INSERT is one statement of tens of KB,
+    which every row's message would otherwise carry."""
 
-    def __init__(self) -> None:
+    __slots__ = ("keep_query", "query", "thread")
+
+    def __init__(self, *, keep_query: bool = True) -> None:
+        self.keep_query = keep_query
         self.thread: int | None = None
         self.query: str | None = None
 
     def see(self, event: Event) -> None:
         if isinstance(event, (RowsQueryEvent, AnnotateRowsEvent)):
-            self.query = event.query
+            if self.keep_query:
+                self.query = event.query
         elif isinstance(event, QueryEvent):
             if event.query == "BEGIN":
                 self.thread, self.query = event.thread_id, None

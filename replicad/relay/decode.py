@@ -184,14 +184,19 @@ def relay_changes(
 
 
 def relay_changes_by_event(
-    items: Iterable[RelayItem], table_changes: TableChangesOf | None = None
+    items: Iterable[RelayItem],
+    table_changes: TableChangesOf | None = None,
+    *,
+    keep_query: bool = True,
 ) -> Iterator[EventRows | TableChange]:
     """As `relay_changes`, by ROWS event (`iter_changes_by_event`)."""
     iterator = iter(items)
     for item in iterator:
         if isinstance(item, TransactionStart):
             events = _transaction_events(iterator)
-            yield from iter_changes_by_event(events, file=item.file, table_changes=table_changes)
+            yield from iter_changes_by_event(
+                events, file=item.file, table_changes=table_changes, keep_query=keep_query
+            )
 
 
 def _transaction_events(iterator: Iterator[RelayItem]) -> Iterator[Event]:

@@ -62,9 +62,15 @@ class Relayed:
 
 class RelayedStream:
     def __init__(
-        self, source: SourceConfig, password: str, *, pipeline: str, relay: RelayConfig
+        self,
+        source: SourceConfig,
+        password: str,
+        *,
+        pipeline: str,
+        relay: RelayConfig,
+        statements: bool = False,
     ) -> None:
-        self.replica = ReplicaStream(source, password, pipeline=pipeline)
+        self.replica = ReplicaStream(source, password, pipeline=pipeline, statements=statements)
         self.config = relay
         self.part_bytes = source.unit_part_bytes
         self.writer = RelayWriter(

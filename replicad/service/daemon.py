@@ -132,12 +132,19 @@ class Pipeline:
         # When the primary last wrote each binlog file, as far as this process has read it.
         self.file_clock = FileClock()
         self.stream: ReplicaStream | RelayedStream
+        statements = config.envelope.include_query
         if config.relay.enabled:
             self.stream = RelayedStream(
-                config.source, password, pipeline=config.pipeline, relay=config.relay
+                config.source,
+                password,
+                pipeline=config.pipeline,
+                relay=config.relay,
+                statements=statements,
             )
         else:
-            self.stream = ReplicaStream(config.source, password, pipeline=config.pipeline)
+            self.stream = ReplicaStream(
+                config.source, password, pipeline=config.pipeline, statements=statements
+            )
         self.committed: Position | None = None  # after the last transaction read
         self.transactions = 0
         self.rows = 0
@@ -486,7 +493,8 @@ class Pipeline:
         numbering = RowNumbering()
         delivered = 0
         gtid_text: str | None = None
-        statement = StatementContext()  # thread id and statement text of the rows
+        # thread id and statement text of the rows
+        statement = StatementContext(keep_query=self.config.envelope.include_query)
         # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
         tables: dict[int, TableMapEvent] = {}
         sinks = self.sinks

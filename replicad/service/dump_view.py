@@ -40,10 +40,13 @@ def dump_input(
     events: bool,
     verify_checksum: bool,
     history: DumpHistory | None = None,
+    include_query: bool = False,
 ) -> None:
     """Decode one input (`kind` from relay.decode.input_kind) and write its lines to `out`.
     `history`: shared by the inputs of one dump, in order (a DDL's before-image may come from
-    an earlier file). Raises what decoding raises (ReplicadError, OSError) for the caller."""
+    an earlier file). `include_query`: rows carry their statement in `source.query`, as the
+    daemon's messages do with `envelope.include_query`. Raises what decoding raises
+    (ReplicadError, OSError) for the caller."""
     history = history or DumpHistory()
     if kind == "binlog":
         decoded = iter_file_events(path, start=start, stop=stop, verify_checksum=verify_checksum)
@@ -51,7 +54,10 @@ def dump_input(
             write_events(out, decoded, path)
         else:
             changes = iter_changes_by_event(
-                decoded, file=os.path.basename(path), table_changes=history
+                decoded,
+                file=os.path.basename(path),
+                table_changes=history,
+                keep_query=include_query,
             )
             write_changes(out, changes)
         return
@@ -59,7 +65,8 @@ def dump_input(
     if events:
         write_events(out, items, path)
     else:
-        write_changes(out, relay_changes_by_event(_note_torn(path, items), history))
+        torn_noted = _note_torn(path, items)
+        write_changes(out, relay_changes_by_event(torn_noted, history, keep_query=include_query))
 
 
 def write_events(out: BinaryIO, items: Iterable[Any], path: str) -> None:

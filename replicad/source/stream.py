@@ -251,10 +251,15 @@ def _heartbeat_flags(info: ServerInfo) -> int:
 
 
 class ReplicaStream:
-    def __init__(self, source: SourceConfig, password: str, *, pipeline: str) -> None:
+    def __init__(
+        self, source: SourceConfig, password: str, *, pipeline: str, statements: bool = False
+    ) -> None:
         self.source = source
         self._password = password
         self.pipeline = pipeline
+        # Ask MariaDB for ANNOTATE_ROWS (the statement of the rows): only when messages carry
+        # it, since each one repeats a client's whole multi-row INSERT.
+        self.statements = statements
         self.info: ServerInfo | None = None
         self.connections = 0
         self._conn: AsyncConnection | None = None
@@ -414,14 +419,20 @@ class ReplicaStream:
             await conn.execute(f"SET @slave_connect_state = '{position.mariadb_gtids}'")
             await conn.execute("SET @slave_gtid_strict_mode = 1")
             await conn.execute("SET @slave_gtid_ignore_duplicates = 0")
-            await conn.start_dump(server_id, "", 4)
+            await conn.start_dump(server_id, "", 4, annotate_rows=self.statements)
             return "mariadb_gtid"
         if not info.mariadb and position.mysql_gtids is not None and info.gtid_mode:
             await conn.start_dump(
                 server_id, "", 4, gtid_set=position.mysql_gtids, flags=_heartbeat_flags(info)
             )
             return "gtid"
-        await conn.start_dump(server_id, position.file, position.pos, flags=_heartbeat_flags(info))
+        await conn.start_dump(
+            server_id,
+            position.file,
+            position.pos,
+            flags=_heartbeat_flags(info),
+            annotate_rows=info.mariadb and self.statements,
+        )
         return "file"
 
     async def _decode(self, conn: AsyncConnection) -> AsyncIterator[tuple[bytes, list[Event]]]:
