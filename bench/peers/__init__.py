@@ -1,0 +1,1 @@
+"""Peers that run beside replicad for contract tests and benchmarks (issue 32)."""
