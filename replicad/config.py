@@ -549,10 +549,14 @@ class SparkConfig(_Strict):
     trigger_s: float = Field(5.0, gt=0)  # a micro-batch every so many seconds
     max_offsets_per_trigger: int | None = Field(None, ge=1)  # records per micro-batch
     discover_s: float = Field(30.0, gt=0)  # how often new tables are looked for
-    # verify: MySQL through Spark's JDBC source with MariaDB Connector/J (Debian
-    # libmariadb-java), as the source's user; extra JDBC properties (TLS: useSsl, serverSslCert)
-    jdbc_driver_jar: str = "/usr/share/java/mariadb-java-client.jar"
-    verify_jdbc_properties: dict[str, str] = {}
+    # verify: the source's tables through Spark's JDBC source, as the source's user, with
+    # MariaDB Connector/J or MySQL Connector/J; `auto`: the one of the server's kind.
+    jdbc_driver: Literal["auto", "mariadb", "mysql"] = "auto"
+    jdbc_driver_jar: str = "/usr/share/java/mariadb-java-client.jar"  # MariaDB Connector/J
+    # (Debian libmariadb-java); MySQL Connector/J (Maven Central com.mysql:mysql-connector-j,
+    # not packaged by Debian): no default, a verify that needs it says so
+    mysql_jdbc_driver_jar: str | None = None
+    verify_jdbc_properties: dict[str, str] = {}  # more driver properties, over the derived
     verify_ranges: int = Field(16, ge=1, le=100000)  # key ranges checksummed side by side
     verify_rounds: int = Field(3, ge=1)  # re-reads of keys still changing before "unsettled"
     verify_timeout_s: float = Field(300.0, gt=0)  # the longest wait for the lake to catch up

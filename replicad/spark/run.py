@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from replicad.config import Config
-from replicad.errors import ConfigError, ReplicadError
+from replicad.errors import ReplicadError
 from replicad.exit_codes import EXIT_CHECK_FAILED, EXIT_OK, EXIT_TEMPFAIL
 from replicad.service.exits import exit_code
 
@@ -61,30 +60,23 @@ def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
     """`replicad spark verify`: every lake table `spark.tables` takes, compared with MySQL."""
     from replicad.spark.jobs import Source
     from replicad.spark.session import build_session
-    from replicad.spark.verify import Verifier
+    from replicad.spark.verify import Verifier, jdbc_driver
 
     try:
         Source.of(config)
         password = config.source.resolve_password()
-        jar = Path(config.spark.jdbc_driver_jar)
-        if not jar.is_file():
-            raise ConfigError(
-                "verify reads MySQL through MariaDB Connector/J, and its jar is not there "
-                "(Debian: apt install libmariadb-java)",
-                key="spark.jdbc_driver_jar",
-                value=str(jar),
-            )
+        driver = jdbc_driver(config, password)  # its jar must be there before Spark starts
     except ReplicadError as exc:
         print(f"replicad spark verify: {exc}", file=sys.stderr)
         return exit_code(exc)
     spark = build_session(
         master or config.spark.master,
         f"replicad-verify-{config.pipeline}",
-        conf={"spark.jars": str(jar)},
+        conf={"spark.jars": str(driver.jar)},
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        verifier = Verifier(spark, config, password)
+        verifier = Verifier(spark, config, password, driver)
         tables = verifier.tables()
         log.info("spark_job_started", job="verify", master=spark.sparkContext.master,
                  tables=len(tables))  # fmt: skip

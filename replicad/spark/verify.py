@@ -1,6 +1,7 @@
 """`replicad spark verify` (docs/spark.md): each lake table compared with its live MySQL table.
 
-MySQL is read through Spark's JDBC source (MariaDB Connector/J), in primary-key ranges: for
+MySQL is read through Spark's JDBC source (MariaDB Connector/J for MariaDB, MySQL Connector/J
+for MySQL: `jdbc_driver` below), in primary-key ranges: for
 each range MySQL computes a checksum in SQL (the row count and the sum of 60 bits of each row's
 hash, replicad/spark/canonical.py) and only the checksums travel; Spark computes the same over
 the lake table. Only ranges whose checksums differ are read row by row, in parallel, and joined
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import zipfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,11 +44,9 @@ from replicad.config import Config
 from replicad.errors import ConfigError, ReplicadError
 from replicad.spark.canonical import (
     mysql_hash_number,
-    mysql_row_hash,
     mysql_token,
     quote_name,
     spark_hash_number,
-    spark_row_hash,
     spark_token,
 )
 from replicad.spark.kafka_source import ReplicadKafkaSource, Settings, topic_ranges
@@ -54,7 +54,18 @@ from replicad.spark.lake import DELETED, FILE, MANIFEST, POS, LakeTable
 from replicad.spark.types import table_struct
 
 log = structlog.get_logger("replicad.spark")
-JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+MARIADB_DRIVER = "org.mariadb.jdbc.Driver"
+MYSQL_DRIVER = "com.mysql.cj.jdbc.Driver"
+# Where a checkout of replicad gets MySQL Connector/J (scripts/spark/pom.xml).
+FETCH_COMMAND = "bash scripts/services.sh spark-jars"
+# replicad's tls.mode as Connector/J's sslMode: the same trust decisions as its own connection.
+_SSL_MODES = {
+    "disabled": "DISABLED",
+    "preferred": "PREFERRED",
+    "required": "REQUIRED",
+    "verify-ca": "VERIFY_CA",
+    "verify-identity": "VERIFY_IDENTITY",
+}
 _INTEGER_KEYS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 WAIT_POLL_S = 0.5
 
@@ -150,10 +161,133 @@ class Partitioning:
         return F.pmod(F.crc32(tokens.cast("binary")), F.lit(self.count))
 
 
+@dataclass(frozen=True)
+class JdbcDriver:
+    """The JDBC driver verify reads the source with: its jar goes on Spark's classpath
+    (spark.jars) before the session starts."""
+
+    kind: str  # "mariadb" or "mysql": whose Connector/J
+    class_name: str
+    jar: Path
+    properties: dict[str, str]  # derived from source.tls, then spark.verify_jdbc_properties
+
+
+def jdbc_driver(config: Config, password: str) -> JdbcDriver:
+    """The driver `spark.jdbc_driver` names; `auto` asks the server what it is, through
+    replicad's own connection (wrong credentials: its clear error, exit 78). A jar that is
+    not there, or holds no such driver, is a ConfigError naming the key."""
+    settings = config.spark
+    for key in ("jdbc_driver_jar", "mysql_jdbc_driver_jar"):  # given, so wrong whatever
+        given = getattr(settings, key)  # the server turns out to be
+        if key in settings.model_fields_set and given is not None:
+            _check_jar(key, Path(given), None)
+    kind = settings.jdbc_driver
+    if kind == "auto":
+        kind = "mariadb" if _server_is_mariadb(config, password) else "mysql"
+    if kind == "mariadb":
+        jar = Path(settings.jdbc_driver_jar)
+        _check_jar("jdbc_driver_jar", jar, MARIADB_DRIVER)
+        return JdbcDriver(kind, MARIADB_DRIVER, jar, dict(settings.verify_jdbc_properties))
+    if settings.mysql_jdbc_driver_jar is None:
+        raise ConfigError(
+            "verify reads MySQL through MySQL Connector/J (com.mysql:mysql-connector-j on "
+            f"Maven Central; in a replicad checkout `{FETCH_COMMAND}` fetches it and prints "
+            "its directory): set this key to its jar",
+            key="spark.mysql_jdbc_driver_jar",
+        )
+    jar = Path(settings.mysql_jdbc_driver_jar)
+    _check_jar("mysql_jdbc_driver_jar", jar, MYSQL_DRIVER)
+    properties = {**connector_j_tls(config), **settings.verify_jdbc_properties}
+    return JdbcDriver(kind, MYSQL_DRIVER, jar, properties)
+
+
+def connector_j_tls(config: Config) -> dict[str, str]:
+    """MySQL Connector/J's properties for the trust decisions replicad's own connection makes
+    (source.tls): the same sslMode; the pinned RSA key, else the key asked of the server for
+    caching_sha2's full authentication without TLS (allowPublicKeyRetrieval), as replicad
+    does. Connector/J verifies a certificate only against a Java trust store, not a PEM file:
+    the verify modes need one in spark.verify_jdbc_properties."""
+    tls = config.source.tls
+    properties = {"sslMode": _SSL_MODES[tls.mode]}
+    if tls.server_public_key is not None:
+        properties["serverRSAPublicKeyFile"] = str(tls.server_public_key)
+    elif tls.mode in ("disabled", "preferred"):
+        properties["allowPublicKeyRetrieval"] = "true"
+    given = config.spark.verify_jdbc_properties
+    wanted = []
+    if tls.mode in ("verify-ca", "verify-identity"):
+        wanted.append("trustCertificateKeyStoreUrl")
+    if tls.cert is not None:
+        wanted.append("clientCertificateKeyStoreUrl")
+    missing = [name for name in wanted if name not in given]
+    if missing:
+        raise ConfigError(
+            f"source.tls is {tls.mode}{' with a client certificate' if tls.cert else ''}, and "
+            "MySQL Connector/J reads certificates only from Java key stores: give "
+            + " and ".join(missing) + " (a file: URL) in this key",
+            key="spark.verify_jdbc_properties",
+        )  # fmt: skip
+    return properties
+
+
+def _check_jar(key: str, jar: Path, driver: str | None) -> None:
+    if not jar.is_file():
+        hint = "Debian: apt install libmariadb-java" if key == "jdbc_driver_jar" else (
+            f"in a replicad checkout `{FETCH_COMMAND}` fetches it"
+        )  # fmt: skip
+        raise ConfigError(
+            f"verify's JDBC driver jar is not there ({hint})", key=f"spark.{key}", value=str(jar)
+        )
+    if driver is None:
+        return
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            found = driver.replace(".", "/") + ".class" in archive.namelist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise ConfigError(
+            f"cannot read the jar: {exc}", key=f"spark.{key}", value=str(jar)
+        ) from None
+    if not found:
+        raise ConfigError(f"the jar holds no {driver}", key=f"spark.{key}", value=str(jar))
+
+
+def _server_is_mariadb(config: Config, password: str) -> bool:
+    from replicad.source.stream import open_connection
+
+    async def ask() -> bool:
+        conn = await open_connection(config.source, password)
+        try:
+            return bool(conn.server.mariadb)
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())
+
+
+def mysql_row_hash(columns: Sequence[dict[str, Any]]) -> str:
+    """SQL for a row's hash over its columns' canonical tokens: SHA2-256, which MariaDB and
+    MySQL both have (MySQL 9.7 has no MD5() nor SHA1(): a call is taken for a stored function
+    of the current database, "No database selected")."""
+    return f"SHA2(CONCAT({', '.join(mysql_token(c) for c in columns)}), 256)"
+
+
+def spark_row_hash(tokens: Sequence[Column]) -> Column:
+    """The same hash from the columns' `spark_token`s, in column order."""
+    return F.sha2(F.concat(*tokens), 256)
+
+
 class Verifier:
     """One verification run over every lake table `spark.tables` takes."""
 
-    def __init__(self, spark: SparkSession, config: Config, password: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: Config,
+        password: str,
+        driver: JdbcDriver | None = None,
+    ) -> None:
+        """`driver`: the one whose jar the session was started with (default: what
+        `jdbc_driver` resolves to)."""
         from replicad.spark.jobs import Materialize, Source
 
         self.spark = spark
@@ -162,13 +296,15 @@ class Verifier:
         self.source = Source.of(config)
         self.materialize = Materialize  # where the lake tables and their checkpoints are
         source = config.source
-        # jdbc:mysql: selects Spark's MySQL dialect; Connector/J 2.x accepts that scheme.
+        self.driver = driver or jdbc_driver(config, password)
+        # jdbc:mysql: selects Spark's MySQL dialect; both drivers accept that scheme (MariaDB
+        # Connector/J 2.x does; 3.x would need permitMysqlScheme).
         self.jdbc_url = f"jdbc:mysql://{source.host}:{source.port}/"
         self.jdbc_properties = {
             "user": source.user,
             "password": password,
-            "driver": JDBC_DRIVER,
-            **self.settings.verify_jdbc_properties,  # TLS and the like: Connector/J's names
+            "driver": self.driver.class_name,
+            **self.driver.properties,  # TLS and the like: the driver's own names
         }
         self.password = password
 
