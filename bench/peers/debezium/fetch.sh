@@ -19,7 +19,8 @@ command -v java >/dev/null || apt_install openjdk-17-jre-headless
 command -v mvn >/dev/null || apt_install maven
 
 first_error() { # the first Maven error line of $1, else its last line
-  printf '%s\n' "$1" | grep -m1 -E 'ERROR|Could not' | sed 's/^\[ERROR\] *//' \
+  printf '%s\n' "$1" | sed 's/\x1b\[[0-9;]*m//g' | grep -m1 -E 'ERROR|Could not' \
+    | sed 's/^\[ERROR\] *//' \
     || printf '%s\n' "$1" | tail -n1
 }
 
