@@ -712,6 +712,7 @@ ENV_NOT_OVERRIDES = frozenset(
         "REPLICAD_KAFKA_CONTROLLER_PORT",
         "REPLICAD_KAFKA_HEAP",
         "REPLICAD_MAVEN_ARGS",
+        "REPLICAD_DEBEZIUM_DIST",  # bench/peers/debezium: where Debezium and Connect go
         "REPLICAD_TEST_WORKERS",
         "REPLICAD_ZK_PORT",
     }
