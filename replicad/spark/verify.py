@@ -297,6 +297,7 @@ class Verifier:
         self.materialize = Materialize  # where the lake tables and their checkpoints are
         source = config.source
         self.driver = driver or jdbc_driver(config, password)
+        log.info("verify_jdbc_driver", driver=self.driver.class_name, jar=str(self.driver.jar))
         # jdbc:mysql: selects Spark's MySQL dialect; both drivers accept that scheme (MariaDB
         # Connector/J 2.x does; 3.x would need permitMysqlScheme).
         self.jdbc_url = f"jdbc:mysql://{source.host}:{source.port}/"

@@ -49,9 +49,9 @@ def _verify(replicad: KafkaReplicad) -> tuple[int, dict[str, dict], str]:
          "--master", "local[2]", "--json"],
         cwd=ROOT, capture_output=True, timeout=300, env=replicad.env,
     )  # fmt: skip
-    # The error's own lines (a JVM stack trace follows), else the end of the output.
+    # The job's events and the error's own lines (a JVM stack trace follows them).
     lines = result.stderr.decode().splitlines()
-    said = [line[:3000] for line in lines if line.startswith(("replicad spark verify:", ": "))]
+    said = [line[:3000] for line in lines if line.startswith(("replicad spark verify:", ": ", "{"))]
     stderr = "\n".join(said or lines[-30:])
     if result.returncode not in (0, 1):
         return result.returncode, {}, stderr
@@ -87,7 +87,7 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
                         (f"n{i % 37}é", f"2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}",
                          round(rng.uniform(-1e6, 1e6), 6),
                          None if i % 5 == 0 else f"x{i}"))  # fmt: skip
-    lake, checkpoints = tmp_path / "lake", tmp_path / "ckpt"
+    lake, checkpoints, jar = tmp_path / "lake", tmp_path / "ckpt", _connector_j()
     replicad = KafkaReplicad(
         tmp_path / "replicad", server_id=7311, prefix=f"w{uuid.uuid4().hex[:8]}",
         kafka=kafka, port=MYSQL_PORT, db=name,
@@ -96,7 +96,7 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
             f"spark: {{lake_path: '{lake}', checkpoint_path: '{checkpoints}', buckets: 4, "
             f"tables: '{name}\\.(t|k)', verify_ranges: 6, discover_s: 1.0, "
             f"verify_timeout_s: 120, verify_rounds: 2, "
-            f"mysql_jdbc_driver_jar: '{_connector_j()}'}}\n"
+            f"mysql_jdbc_driver_jar: '{jar}'}}\n"
         ),
     )  # fmt: skip
     replicad.start()
@@ -109,6 +109,9 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
         code, reports, stderr = _verify(replicad)
         assert code == 0, (code, stderr, {t: _by_kind(r) for t, r in reports.items()})
         assert sorted(reports) == sorted([f"{name}.k", f"{name}.t"])
+        # MariaDB Connector/J reads MySQL too once the account's caching_sha2 cache is warm:
+        # only the job's own word shows which driver read it.
+        assert f'"driver": "com.mysql.cj.jdbc.Driver", "jar": "{jar}"' in stderr, stderr
         for table, rows in ((f"{name}.t", 300), (f"{name}.k", 200)):
             report = reports[table]
             assert report["equal"], report
