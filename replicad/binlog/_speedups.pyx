@@ -176,6 +176,7 @@ cdef enum Mode:
     MODE_UTF8 = 1    # str if valid UTF-8, else bytes
     MODE_CODEC = 2   # str decoded with obj (codec name as bytes), else bytes
     MODE_PADDED = 3  # bytes right-padded with zero bytes to arg3 (BINARY(n))
+    MODE_TABLE = 4   # a single-byte charset: obj = (decoding table str, JSON table bytes)
 
 OPCODES = {
     "call": OP_CALL,
@@ -204,7 +205,13 @@ OPCODES = {
     "null": OP_NULL,
     "mysqljson": OP_MYSQLJSON,
 }
-MODES = {"bytes": MODE_BYTES, "utf8": MODE_UTF8, "codec": MODE_CODEC, "padded": MODE_PADDED}
+MODES = {
+    "bytes": MODE_BYTES,
+    "utf8": MODE_UTF8,
+    "codec": MODE_CODEC,
+    "padded": MODE_PADDED,
+    "table": MODE_TABLE,
+}
 
 cdef struct ColOp:
     int op
@@ -214,6 +221,7 @@ cdef struct ColOp:
     int ngroups
     unsigned char gbytes[16]
     unsigned char gdigits[16]
+    const unsigned char *table  # MODE_TABLE: 256 entries of 8 bytes (accel.json_table)
 
 cdef object _UTC = _dt.UTC
 cdef object _DECIMAL = _Decimal
@@ -733,6 +741,8 @@ cdef inline bint _datetime2_fields(ColOp *op, const unsigned char *q, int64_t *f
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    object PyUnicode_DecodeCharmap(const char *s, Py_ssize_t size, object mapping,
+                                   const char *errors)
     void *PyMem_Realloc(void *p, size_t n)
 
 cdef struct Buf:
@@ -1180,6 +1190,30 @@ cdef int _put_json_text(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
     return 0
 
 
+cdef bint _put_table_text(Buf *b, const unsigned char *table, const unsigned char *q,
+                          Py_ssize_t n) except -1:
+    """Single-byte text as a JSON string through its charset's table (accel.json_table:
+    per byte, the character's JSON text as orjson escapes it, then its length); False with
+    nothing written when a byte is undefined in the charset (the value is bytes then)."""
+    cdef Py_ssize_t i, start = b.len
+    cdef const unsigned char *e
+    cdef char *o
+    _reserve(b, 7 * n + 2 + 8)  # each entry is copied whole (8 bytes), its length kept
+    o = b.data + b.len
+    o[0] = c'"'
+    o += 1
+    for i in range(n):
+        e = table + 8 * q[i]
+        if e[7] == 0:
+            b.len = start
+            return False
+        memcpy(o, e, 8)
+        o += e[7]
+    o[0] = c'"'
+    b.len = o + 1 - b.data
+    return True
+
+
 cdef inline bint _ascii(const unsigned char *q, Py_ssize_t n) noexcept:
     cdef Py_ssize_t i
     for i in range(n):
@@ -1208,6 +1242,17 @@ cdef int _put_fallback(Buf *b, object fallback, Py_ssize_t i, object value) exce
     if not PyBytes_CheckExact(text):
         raise TypeError("the JSON fallback must return bytes")
     return _put_bytes(b, <bytes>text)
+
+
+cdef _check_tables(object obj):
+    """A MODE_TABLE column's (decoding table, JSON table): 256 characters (U+FFFE for an
+    undefined byte), and 256 entries of at most 7 bytes of text and their length."""
+    if not (isinstance(obj, tuple) and len(obj) == 2 and type(obj[0]) is str
+            and len(obj[0]) == 256 and type(obj[1]) is bytes and len(obj[1]) == 2048):
+        raise TypeError("table mode needs (str of 256, bytes of 2048)")
+    for c in range(256):
+        if obj[1][8 * c + 7] > 7 or (obj[1][8 * c + 7] == 0) != (obj[0][c] == "\ufffe"):
+            raise ValueError(f"bad table entry for byte {c}")
 
 
 cdef class ImageDecoder:
@@ -1251,6 +1296,9 @@ cdef class ImageDecoder:
                     raise ValueError(f"length prefix of {arg1} bytes")
                 if op.arg2 == MODE_CODEC and not isinstance(obj, bytes):
                     raise TypeError("codec name must be bytes")
+                if op.arg2 == MODE_TABLE:
+                    _check_tables(obj)
+                    op.table = <const unsigned char *>PyBytes_AS_STRING(obj[1])
             elif op.op == OP_DECIMAL:
                 if arg3 not in (0, 64, 128):
                     raise ValueError(f"DECIMAL integer width {arg3}")
@@ -1338,6 +1386,12 @@ cdef class ImageDecoder:
                     memcpy(PyBytes_AS_STRING(value), q, n)
                     memset(PyBytes_AS_STRING(value) + n, 0, op.arg3 - n)
                 else:
+                    value = PyBytes_FromStringAndSize(<char *>q, n)
+            elif op.arg2 == MODE_TABLE:
+                obj = <object>PyTuple_GET_ITEM(<object>PyTuple_GET_ITEM(self.objs, i), 0)
+                try:
+                    value = PyUnicode_DecodeCharmap(<char *>q, n, obj, NULL)
+                except UnicodeDecodeError:
                     value = PyBytes_FromStringAndSize(<char *>q, n)
             else:
                 obj = <object>PyTuple_GET_ITEM(self.objs, i)
@@ -1553,6 +1607,11 @@ cdef class ImageDecoder:
                 if _ascii(q, n) or _valid_utf8(q, n):
                     _put_json_text(out, q, n)
                 else:
+                    kinds[i] = 1
+                    _put_base64(out, q, n)
+            elif k == OP_STR and op.arg2 == MODE_TABLE:
+                q = _text_at(op, p, size, &pos, &n)
+                if not _put_table_text(out, op.table, q, n):
                     kinds[i] = 1
                     _put_base64(out, q, n)
             elif k == OP_STR and (op.arg2 == MODE_BYTES or op.arg2 == MODE_PADDED):

@@ -14,8 +14,10 @@ Opcodes (args not listed are 0 / None):
 - "double"; "float" (float32, shortest repr as `values.float32_shortest`); "year";
 - "decimal": arg1 = bytes, arg2 = scale, arg3 = C integer bits for the unscaled value (64,
   128; 0 = Python int), groups = ((bytes, digits), ...);
-- "str": arg1 = length-prefix bytes (1-4), arg2 = "bytes" | "utf8" | "codec" | "padded",
-  arg3 = width to zero-pad to ("padded", BINARY(n)), obj = codec name as bytes ("codec");
+- "str": arg1 = length-prefix bytes (1-4), arg2 = "bytes" | "utf8" | "codec" | "padded" |
+  "table", arg3 = width to zero-pad to ("padded", BINARY(n)), obj = codec name as bytes
+  ("codec"), or for a single-byte character set ("table": MySQL's latin1, cp1251 ...) the
+  pair (`charsets.decoding_table` of the codec, `json_table` of it);
 - "date"; "datetime2" / "timestamp2" / "time2": arg1 = fraction bytes, arg2 = multiplier to
   microseconds, arg3 = fsp (metadata); "timestamp2" obj = the zero-date string;
 - "enum": arg1 = 1 | 2 bytes, obj = member names or None;
@@ -27,10 +29,14 @@ Opcodes (args not listed are 0 / None):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from replicad.binlog.charsets import SINGLE_BYTE_CODECS, UNDEFINED, decoding_table
 from replicad.binlog.column_decoders import check_routines, make_decoder, routine_of
 from replicad.binlog.values import (
     ColumnSpec,
@@ -69,9 +75,27 @@ def _decimal_width(groups: tuple[tuple[int, int], ...]) -> int:
     return 64 if largest < 1 << 64 else 128 if largest < 1 << 128 else 0
 
 
+JSON_ENTRY = 8  # bytes per byte value in a json_table: up to 7 of text, then its length
+
+
+@functools.cache
+def json_table(codec: str) -> bytes:
+    """For each byte 0x00-0xFF of a single-byte codec, the JSON string text of the character
+    it decodes to, as orjson writes it inside a string (UTF-8; quote, backslash and controls
+    below 0x20 escaped), zero-padded to 7 bytes, then its length; length 0: the codec
+    rejects that byte (the value is then bytes, as `charsets.decode_text` gives)."""
+    out = bytearray()
+    for char in decoding_table(codec):
+        text = b"" if char == UNDEFINED else orjson.dumps(char)[1:-1]
+        if not 0 < len(text) < JSON_ENTRY and char != UNDEFINED:
+            raise ValueError(f"{char!r} of {codec} does not fit a table entry")
+        out += text.ljust(JSON_ENTRY - 1, b"\0") + bytes([len(text)])
+    return bytes(out)
+
+
 def _text_mode(spec: ColumnSpec) -> tuple[str, Any] | None:
     """How `values._text_transform` / `_guess_text` treat this column's bytes; None when only
-    the Python closure can (MySQL's latin1, a codec name that is not ASCII)."""
+    the Python closure can (a codec name that is not ASCII)."""
     if not spec.charset_known:
         return "utf8", None
     codec = spec.codec
@@ -79,7 +103,9 @@ def _text_mode(spec: ColumnSpec) -> tuple[str, Any] | None:
         return "bytes", None
     if codec == "utf-8":
         return "utf8", None
-    if codec == "mysql_latin1" or not codec.isascii():
+    if codec in SINGLE_BYTE_CODECS:
+        return "table", (decoding_table(codec), json_table(codec))
+    if not codec.isascii():
         return None
     return "codec", codec.encode("ascii")
 

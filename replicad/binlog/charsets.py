@@ -7,6 +7,9 @@ adds 248-323 (gb18030 and the utf8mb4 *_0900_* collations), which MariaDB does n
 
 from __future__ import annotations
 
+import codecs
+import functools
+
 BINARY_COLLATION = 63
 
 _RANGES_BY_CHARSET: dict[str, tuple[tuple[int, int], ...]] = {
@@ -79,12 +82,12 @@ _MYSQL8_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
 }
 
 # MySQL's latin1 is Windows-1252 except that the five bytes cp1252 leaves undefined map to the
-# C1 control characters; Python's cp1252 codec rejects them, so decode through latin-1 and fix up.
-_CP1252_FIXUP = {
-    i: b.decode("cp1252")
-    for i, b in ((i, bytes([i])) for i in range(0x80, 0xA0))
-    if i not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
-}
+# C1 control characters (U+0081, U+008D, U+008F, U+0090, U+009D); Python's cp1252 codec
+# rejects them. Its decoding table: every byte defined, so a latin1 value is always text.
+_MYSQL_LATIN1_TABLE = "".join(
+    chr(i) if i in (0x81, 0x8D, 0x8F, 0x90, 0x9D) else bytes([i]).decode("cp1252")
+    for i in range(256)
+)
 
 # Character sets Python has no codec for (armscii8, dec8, geostd8, hp8, keybcs2, swe7) are absent:
 # their values stay bytes rather than being decoded wrongly.
@@ -148,8 +151,57 @@ def codec_of(collation_id: int, *, mariadb: bool) -> str | None:
     return CODEC_BY_CHARSET.get(charset) if charset else None
 
 
+# The codecs above that map every byte to at most one character by a fixed table (the
+# compiled decoder writes these through the table, `decoding_table`); the others are
+# multi-byte or UTF-16/32.
+SINGLE_BYTE_CODECS = frozenset(
+    {
+        "ascii",
+        "cp1250",
+        "cp1251",
+        "cp1256",
+        "cp1257",
+        "cp850",
+        "cp852",
+        "cp866",
+        "iso8859_2",
+        "iso8859_7",
+        "iso8859_8",
+        "iso8859_9",
+        "iso8859_13",
+        "koi8_r",
+        "koi8_u",
+        "mac_latin2",
+        "mac_roman",
+        "mysql_latin1",
+        "tis_620",
+    }
+)
+UNDEFINED = "\ufffe"  # a byte the codec rejects (as in the stdlib's charmap tables)
+
+
+@functools.cache
+def decoding_table(codec: str) -> str:
+    """The 256 characters the bytes 0x00-0xFF decode to under a single-byte codec, UNDEFINED
+    for a byte the codec rejects (a value holding one is kept as bytes)."""
+    if codec == "mysql_latin1":
+        return _MYSQL_LATIN1_TABLE
+    if codec not in SINGLE_BYTE_CODECS:
+        raise ValueError(f"{codec} is not a single-byte codec")
+    chars = []
+    for i in range(256):
+        try:
+            char = bytes([i]).decode(codec)
+        except UnicodeDecodeError:
+            char = UNDEFINED
+        if len(char) != 1:
+            raise ValueError(f"{codec} decodes byte {i:#04x} to {len(char)} characters")
+        chars.append(char)
+    return "".join(chars)
+
+
 def decode_mysql_latin1(data: bytes) -> str:
-    return data.decode("latin-1").translate(_CP1252_FIXUP)
+    return codecs.charmap_decode(data, "strict", _MYSQL_LATIN1_TABLE)[0]
 
 
 def decode_text(data: bytes, codec: str) -> str | bytes:
