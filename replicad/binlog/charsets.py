@@ -179,6 +179,24 @@ SINGLE_BYTE_CODECS = frozenset(
 )
 UNDEFINED = "\ufffe"  # a byte the codec rejects (as in the stdlib's charmap tables)
 
+# Where MySQL's and MariaDB's own tables (both servers alike, read with `SELECT
+# CONVERT(_cs X'..' USING utf8mb4)`) differ from Python's codec of the same name: the
+# character the server gives, or UNDEFINED where the server has none (it prints '?').
+_SERVER_FIXUPS: dict[str, dict[int, str]] = {
+    "cp1256": dict.fromkeys((0x8A, 0x8F, 0x98, 0x9A, 0x9F, 0xAA, 0xC0, 0xFF), UNDEFINED),
+    "cp866": {0xFC: "\u207f", 0xFD: "\u00b2"},
+    "iso8859_7": {
+        0xA1: "\u02bd",
+        0xA2: "\u02bc",
+        0xA4: UNDEFINED,
+        0xA5: UNDEFINED,
+        0xAA: UNDEFINED,
+    },
+    "iso8859_8": {0xAF: "\u203e"},
+    "koi8_u": {0x95: "\u2022"},
+    "tis_620": {0xFF: "\ufffd"},
+}
+
 
 @functools.cache
 def decoding_table(codec: str) -> str:
@@ -196,7 +214,7 @@ def decoding_table(codec: str) -> str:
             char = UNDEFINED
         if len(char) != 1:
             raise ValueError(f"{codec} decodes byte {i:#04x} to {len(char)} characters")
-        chars.append(char)
+        chars.append(_SERVER_FIXUPS.get(codec, {}).get(i, char))
     return "".join(chars)
 
 
@@ -204,11 +222,17 @@ def decode_mysql_latin1(data: bytes) -> str:
     return codecs.charmap_decode(data, "strict", _MYSQL_LATIN1_TABLE)[0]
 
 
+def _decode_single_byte(data: bytes, codec: str) -> str:
+    return codecs.charmap_decode(data, "strict", decoding_table(codec))[0]
+
+
 def decode_text(data: bytes, codec: str) -> str | bytes:
     """Decode a stored string; bytes the codec rejects are returned undecoded, never mangled."""
     try:
         if codec == "mysql_latin1":
             return decode_mysql_latin1(data)
+        if codec in SINGLE_BYTE_CODECS:  # the server's table, not always Python's codec
+            return _decode_single_byte(data, codec)
         return data.decode(codec)
     except UnicodeDecodeError:
         return data
