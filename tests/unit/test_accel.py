@@ -171,6 +171,8 @@ CHARSETS = [
     (True, "utf_32_be"),
     (True, "cp1251"),
     (True, "iso8859_2"),
+    (True, "iso8859_7"),  # single-byte, with bytes the server leaves undefined
+    (True, "ascii"),
     (True, "utf8"),  # another spelling of a codec: goes through the codec path
 ]
 TRICKY_UTF8 = [
