@@ -236,3 +236,25 @@ def decode_text(data: bytes, codec: str) -> str | bytes:
         return data.decode(codec)
     except UnicodeDecodeError:
         return data
+
+
+@functools.cache
+def _encoding_map(codec: str) -> dict[str, int]:
+    return {c: i for i, c in enumerate(decoding_table(codec)) if c != UNDEFINED}
+
+
+def encode_text(text: str, codec: str) -> bytes:
+    """The bytes a value decoded by `decode_text` was stored as: for the single-byte
+    charsets through the same table (MySQL's latin1 is not Python's latin-1 or cp1252, and
+    greek, cp866 ... differ from Python's codecs in places); the codec otherwise.
+    UnicodeEncodeError for a character the charset cannot hold."""
+    if codec not in SINGLE_BYTE_CODECS:
+        return text.encode(codec)
+    table = _encoding_map(codec)
+    try:
+        return bytes(table[c] for c in text)
+    except KeyError as missing:
+        position = text.index(missing.args[0])
+        raise UnicodeEncodeError(
+            codec, text, position, position + 1, "not in the character set"
+        ) from None
