@@ -528,11 +528,30 @@ class SnapshotConfig(_Strict):
 
     mode: Literal["never", "initial", "when_needed"] = "never"
     # How the initial snapshot reads: `consistent` (one read view at a known binlog position;
-    # MariaDB), `watermarks` (stream from now, every table as an incremental snapshot; needs
-    # the signal table), `auto` (consistent on MariaDB, watermarks on MySQL).
+    # MySQL needs `locking: minimal` for it), `watermarks` (stream from now, every table as an
+    # incremental snapshot; needs the signal table), `auto` (consistent on MariaDB,
+    # watermarks on MySQL).
     initial_method: Literal["auto", "consistent", "watermarks"] = "auto"
+    # Debezium's snapshot.locking.mode names. `minimal`: on MySQL, a consistent snapshot holds
+    # FLUSH TABLES WITH READ LOCK (RELOAD or FLUSH_TABLES privilege) only while it opens the
+    # read view and reads the binlog position, writers blocked for milliseconds. `none`: no
+    # global lock, ever (MariaDB's consistent snapshot needs none). Opt-in: it blocks writers.
+    locking: Literal["none", "minimal"] = "none"
+    # lock_wait_timeout for that lock: the longest writers can wait behind it when a long
+    # statement keeps it from being granted (then the start fails, exit 75, and is retried).
+    lock_timeout_s: int = Field(10, ge=1, le=3600)
     chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per SELECT (memory holds one)
     signal: SnapshotSignalConfig = SnapshotSignalConfig()
+
+    @model_validator(mode="after")
+    def _locking_needs_consistent(self) -> SnapshotConfig:
+        # `auto` means watermarks on MySQL: a lock asked for there would silently do nothing.
+        if self.locking != "none" and self.initial_method != "consistent":
+            raise ValueError(
+                "snapshot.locking: minimal applies to snapshot.initial_method: consistent only "
+                f"(initial_method is {self.initial_method}); set both, or drop locking"
+            )
+        return self
 
 
 class SparkConfig(_Strict):

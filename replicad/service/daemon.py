@@ -270,9 +270,9 @@ class Pipeline:
     async def _open_snapshot(self) -> Position:
         """Open the consistent read view of the initial snapshot: its binlog position is where
         the stream starts, and the schema history is taken there (snapshot/reader.py). With
-        `initial_method: watermarks` (the default on MySQL, which has no position for a read
-        view) the stream starts now and every included table is queued as an incremental
-        snapshot instead."""
+        `initial_method: watermarks` (the default on MySQL, where a read view's position
+        needs a global read lock: `snapshot.locking`) the stream starts now and every
+        included table is queued as an incremental snapshot instead."""
         conn = await connect_retrying(self.config.source, self.password, what="snapshot")
         try:
             info = await server_info(conn)
@@ -282,7 +282,7 @@ class Pipeline:
                 await conn.close()  # the chunks read on a connection of their own
                 return position
             resumable = await self._signal_usable(conn, info)
-            position = await snapshot_reader.begin(conn, info)
+            position = await snapshot_reader.begin(conn, info, self.config.snapshot)
             self.history = await snapshot(conn, position)
             plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
         except BaseException:

@@ -1,11 +1,16 @@
 """The initial snapshot: every included table read inside one consistent-snapshot transaction
-whose binlog position is known without a lock (docs/snapshots.md).
+whose binlog position is known (docs/snapshots.md).
 
 MariaDB: `START TRANSACTION WITH CONSISTENT SNAPSHOT` and, in the same session, the status
 variables `binlog_snapshot_file` / `binlog_snapshot_position` name the binlog position of
 exactly that read view (and `BINLOG_GTID_POS` the GTID state there). The stream then starts at
 that position: every change committed after the read view is in the binlog after it, every
 change before it is in the rows read. No FLUSH TABLES WITH READ LOCK, no global lock.
+
+MySQL names no such position, so `snapshot.locking: minimal` (Debezium's default) stops commits
+with FLUSH TABLES WITH READ LOCK just while the view opens and SHOW BINARY LOG STATUS names the
+binlog position and executed GTID set, then UNLOCK TABLES before any row is read: nothing can
+commit between the view and the position, and writers wait milliseconds, not the snapshot.
 
 A table is read in chunks of `chunk_rows` rows in the order of its primary key (or of a unique
 key over NOT NULL columns), each chunk starting after the last key of the previous one, so
@@ -16,6 +21,7 @@ chunk costs a scan up to its offset: said in the log).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -25,9 +31,10 @@ import structlog
 
 from replicad.binlog.changes import RowChange
 from replicad.binlog.column_types import TableDescription
-from replicad.binlog.gtid import MariaGtidPosition
+from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
-from replicad.errors import ServerError
+from replicad.config import SnapshotConfig
+from replicad.errors import ReplicadError, ServerError
 from replicad.protocol.commands import cell_text
 from replicad.protocol.transport import AsyncConnection
 from replicad.snapshot.columns import (
@@ -166,16 +173,38 @@ async def plan_tables(
     return plans
 
 
-async def begin(conn: AsyncConnection, info: ServerInfo) -> Position:
-    """Open the consistent read view and return the binlog position it corresponds to."""
-    if not info.mariadb:
-        raise SnapshotError(
-            "snapshot.initial_method consistent needs MariaDB: a MySQL primary names no binlog "
-            "position for a consistent read view; use initial_method auto or watermarks "
-            "(docs/snapshots.md)"
-        )
+# Server error numbers FLUSH TABLES WITH READ LOCK fails with.
+_ER_SPECIFIC_ACCESS_DENIED = 1227  # neither RELOAD nor FLUSH_TABLES
+_ER_LOCK_WAIT_TIMEOUT = 1205  # not granted within lock_wait_timeout
+
+
+class SnapshotLockTimeoutError(ReplicadError):
+    """The global read lock was not granted within `snapshot.lock_timeout_s` (a long statement
+    or a DDL waiting for a metadata lock held it off). Transient (75): the lock request is
+    withdrawn, writers go on, and the next start tries again."""
+
+
+async def begin(
+    conn: AsyncConnection, info: ServerInfo, settings: SnapshotConfig | None = None
+) -> Position:
+    """Open the consistent read view and return the binlog position it corresponds to
+    (`settings`: snapshot.locking and lock_timeout_s, which MySQL needs; None: no lock)."""
     await conn.execute("SET SESSION time_zone = '+00:00'")
     await conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    if info.mariadb:
+        if settings is not None and settings.locking != "none":
+            note = "MariaDB names the read view's binlog position: no lock is taken"
+            log.info("snapshot_lock_not_needed", note=note)
+        position = await _open_mariadb_view(conn)
+    else:
+        position = await _open_mysql_view(conn, info, settings or SnapshotConfig())
+    # Values of text columns in their own character set, undecoded (snapshot/columns.py).
+    await conn.execute("SET SESSION character_set_results = binary")
+    return position
+
+
+async def _open_mariadb_view(conn: AsyncConnection) -> Position:
+    """The read view and the position MariaDB names for it (no lock)."""
     await conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     status = {
         cell_text(row[0]).lower(): cell_text(row[1])
@@ -190,10 +219,90 @@ async def begin(conn: AsyncConnection, info: ServerInfo) -> Position:
     quoted = file.replace("\\", "\\\\").replace("'", "\\'")
     result = await conn.query(f"SELECT BINLOG_GTID_POS('{quoted}', {int(pos)})")
     gtids = result.rows[0][0] if result.rows else None
-    # Values of text columns in their own character set, undecoded (snapshot/columns.py).
-    await conn.execute("SET SESSION character_set_results = binary")
     mariadb_gtids = None if gtids is None else MariaGtidPosition.parse(cell_text(gtids))
     return Position(file, int(pos), None, mariadb_gtids)
+
+
+async def _open_mysql_view(
+    conn: AsyncConnection, info: ServerInfo, settings: SnapshotConfig
+) -> Position:
+    """The read view opened, and its position read, under FLUSH TABLES WITH READ LOCK: no
+    transaction can commit in between, so the position is exactly the view's. The lock is
+    released before this returns (before any row is read); the transaction stays open."""
+    if settings.locking != "minimal":
+        raise SnapshotError(
+            "snapshot.initial_method: consistent on MySQL needs snapshot.locking: minimal: "
+            "MySQL names no binlog position for a read view, so writers are stopped with "
+            "FLUSH TABLES WITH READ LOCK (RELOAD privilege) for the milliseconds it takes to "
+            "open one and read the position; or use initial_method: watermarks (no lock)",
+            key="snapshot.locking",
+            value=settings.locking,
+        )
+    await conn.execute(f"SET SESSION lock_wait_timeout = {int(settings.lock_timeout_s)}")
+    asked = time.monotonic()
+    await _global_read_lock(conn, settings.lock_timeout_s)
+    locked = time.monotonic()
+    try:
+        await conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        position = await _mysql_binlog_position(conn, info)
+    except BaseException:
+        with contextlib.suppress(ReplicadError):  # a lost connection has released it anyway
+            await conn.execute("UNLOCK TABLES")
+        raise
+    # UNLOCK TABLES ends no transaction that FLUSH TABLES WITH READ LOCK preceded: the read
+    # view stays open, and writers go on.
+    await conn.execute("UNLOCK TABLES")
+    released = time.monotonic()
+    # Row reads wait for metadata locks as long as the server's default says, not the lock's.
+    await conn.execute("SET SESSION lock_wait_timeout = DEFAULT")
+    log.info(
+        "snapshot_global_lock",
+        waited_ms=round((locked - asked) * 1000, 1),
+        held_ms=round((released - locked) * 1000, 1),
+        position=str(position),
+    )
+    return position
+
+
+async def _global_read_lock(conn: AsyncConnection, timeout_s: int) -> None:
+    """FLUSH TABLES WITH READ LOCK, its two expected refusals as errors that say what to do."""
+    try:
+        await conn.execute("FLUSH TABLES WITH READ LOCK")
+    except ServerError as exc:
+        if exc.code == _ER_SPECIFIC_ACCESS_DENIED:
+            raise SnapshotError(
+                "snapshot.locking: minimal takes FLUSH TABLES WITH READ LOCK, which needs the "
+                "RELOAD privilege (or FLUSH_TABLES, MySQL 8.0.31+): GRANT RELOAD ON *.* TO "
+                "the source user, or use snapshot.initial_method: watermarks (no lock)",
+                key="snapshot.locking",
+                server=exc.message,
+            ) from None
+        if exc.code == _ER_LOCK_WAIT_TIMEOUT:
+            raise SnapshotLockTimeoutError(
+                "FLUSH TABLES WITH READ LOCK was not granted within snapshot.lock_timeout_s: "
+                "a long-running statement (or a DDL waiting for a transaction's metadata "
+                "lock) kept it off, and writers waited behind it meanwhile; retried at the "
+                "next start",
+                lock_timeout_s=timeout_s,
+            ) from None
+        raise
+
+
+async def _mysql_binlog_position(conn: AsyncConnection, info: ServerInfo) -> Position:
+    """The binlog file, offset and executed GTID set now (under the lock: the view's)."""
+    try:  # MySQL 8.2+; 8.4 removed SHOW MASTER STATUS
+        status = await conn.query("SHOW BINARY LOG STATUS")
+    except ServerError:
+        status = await conn.query("SHOW MASTER STATUS")
+    if not status.rows:
+        raise SnapshotError("the primary has binary logging off (SHOW BINARY LOG STATUS is empty)")
+    row = status.rows[0]
+    file, pos = cell_text(row[0]), int(cell_text(row[1]))
+    if not info.gtid_mode:
+        return Position(file, pos)  # file:pos is all there is
+    executed = cell_text(row[4]) if len(row) > 4 and row[4] is not None else ""
+    # Executed_Gtid_Set: exactly the GTIDs at file:pos, so the stream resumes by GTID.
+    return Position(file, pos, GtidSet.parse(executed.replace("\n", "")), None)
 
 
 async def end(conn: AsyncConnection) -> None:
