@@ -10,18 +10,21 @@ Values are those of the `exact` value mode (docs/consumers.md) turned into what 
 DECIMAL(p,s) as DecimalType(p,s) (p > 38 as its digits in a string: Spark stops at 38),
 BIGINT UNSIGNED as DecimalType(20,0), DATE as DateType, DATETIME as TimestampNTZType and
 TIMESTAMP as TimestampType (UTC), both to the microsecond, TIME as a day-time interval (it
-can be negative and exceed 24 h), binary types as bytes, JSON/ENUM/SET/text as strings,
-GEOMETRY as a struct of SRID and WKB bytes. A zero or invalid date (`0000-00-00`) has no Spark
-value: it is null.
+can be negative and exceed 24 h), binary types as bytes, ENUM/SET/text as strings, MySQL
+JSON as its text exactly as MySQL prints it (`{"a": 1}`, a string document with its quotes, a
+`null` document as `null`; MariaDB's JSON is text), GEOMETRY as a struct of SRID and WKB bytes.
+A zero or invalid date (`0000-00-00`) has no Spark value: it is null. A MySQL JSON field
+carries `MYSQL_TYPE: "json"` in its metadata: a string is a JSON document there, text
+elsewhere.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from pyspark.sql.types import (
@@ -41,6 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from replicad.binlog.jsonb import to_mysql_json_text
 from replicad.consumers.typed import TypedSchema, time_value
 
 Convert = Callable[[Any], Any]
@@ -49,6 +53,8 @@ _SMALL_INTS = frozenset({"tinyint", "smallint", "mediumint", "year"})
 _BINARY = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 GEOMETRY = StructType([StructField("srid", LongType()), StructField("wkb", BinaryType())])
 MAX_SPARK_PRECISION = 38
+MYSQL_TYPE = "mysql_type"  # field metadata: "json" on a MySQL JSON column's field
+JSON_NULL_TEXT = "null"  # a JSON `null` document (not SQL NULL): MySQL's text of it
 
 
 def column_type(column: dict[str, Any]) -> DataType:
@@ -90,10 +96,26 @@ def column_type(column: dict[str, Any]) -> DataType:
 def row_struct(versions: Sequence[TypedSchema]) -> StructType:
     """The union of a table's versions (oldest first): the struct `before` and `after` have."""
     types: dict[str, DataType] = {}
+    kinds: dict[str, str] = {}
     for version in versions:
         for column in version.columns:
             types[column["name"]] = column_type(column)  # the newest type wins
-    return StructType([StructField(name, kind, nullable=True) for name, kind in types.items()])
+            kinds[column["name"]] = column["type"]
+    return StructType(
+        [
+            StructField(name, kind, nullable=True, metadata=_metadata(kinds[name]))
+            for name, kind in types.items()
+        ]
+    )
+
+
+def _metadata(kind: str) -> dict[str, str] | None:
+    # Only JSON is marked: another column's field (and so an existing lake's schema) stays.
+    return {MYSQL_TYPE: "json"} if kind == "json" else None
+
+
+def is_mysql_json(field: StructField) -> bool:
+    return field.metadata.get(MYSQL_TYPE) == "json"
 
 
 def table_struct(versions: Sequence[TypedSchema]) -> StructType:
@@ -136,7 +158,14 @@ def _decimal_of(precision: int, scale: int) -> Convert:
 def _string(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()  # a MySQL JSON value, or a number after an ALTER
+    return orjson.dumps(value).decode()  # a number after an ALTER, say
+
+
+def _json_text(value: Any) -> str:
+    """A MySQL JSON document (the `exact` value: the JSON MySQL printed, parsed) as MySQL
+    prints it. Exact but for a DECIMAL inside a document (`JSON_OBJECT('a', 1.50)`): the
+    message's number was parsed as a double (`1.5`)."""
+    return to_mysql_json_text(value)
 
 
 def _geometry(value: dict[str, Any]) -> tuple[int, bytes]:
@@ -170,17 +199,30 @@ def converter(kind: DataType) -> Convert:
     return _string
 
 
-def row_converter(struct: StructType) -> Callable[[dict[str, Any] | None], tuple | None]:
-    """A row image (dict of `exact` values) as a tuple in the struct's field order."""
-    fields = [(f.name, converter(f.dataType)) for f in struct.fields]
+class RowConvert(Protocol):
+    def __call__(
+        self, image: dict[str, Any] | None, json_null: Collection[str] = ()
+    ) -> tuple | None: ...
 
-    def convert(image: dict[str, Any] | None) -> tuple | None:
+
+def row_converter(struct: StructType) -> RowConvert:
+    """A row image (dict of `exact` values) as a tuple in the struct's field order;
+    `json_null`: the image's JSON columns whose document is `null` (the message's
+    `json_null`), `null` in the image as SQL NULL is."""
+    fields = [
+        (f.name, _json_text if is_mysql_json(f) else converter(f.dataType)) for f in struct.fields
+    ]
+    json_fields = frozenset(f.name for f in struct.fields if is_mysql_json(f))
+
+    def convert(image: dict[str, Any] | None, json_null: Collection[str] = ()) -> tuple | None:
         if image is None:
             return None
         out = []
         for name, to_spark in fields:
             value = image.get(name)
-            if value is not None:
+            if value is None and json_null and name in json_null and name in json_fields:
+                value = JSON_NULL_TEXT
+            elif value is not None:
                 try:
                     value = to_spark(value)
                 except (ValueError, TypeError, KeyError, InvalidOperation):
@@ -219,7 +261,7 @@ def change_schema(row: StructType) -> StructType:
 def change_row(
     envelope: dict[str, Any],
     key: str | None,
-    convert: Callable[[dict[str, Any] | None], tuple | None],
+    convert: RowConvert,
     topic: str | None,
     partition: int | None,
     offset: int | None,
@@ -227,13 +269,14 @@ def change_row(
     """One change message as a row of `change_schema` (in its field order)."""
     source = envelope["source"]
     ts_ms = source.get("ts_ms")
+    nulls = envelope.get("json_null") or {}
     return (
         source["db"],
         source["table"],
         envelope["op"],
         key,
-        convert(envelope.get("before")),
-        convert(envelope.get("after")),
+        convert(envelope.get("before"), nulls.get("before", ())),
+        convert(envelope.get("after"), nulls.get("after", ())),
         source.get("schema_version"),
         source.get("gtid"),
         source.get("file"),

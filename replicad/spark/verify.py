@@ -3,7 +3,8 @@
 MySQL is read through Spark's JDBC source (MariaDB Connector/J for MariaDB, MySQL Connector/J
 for MySQL: `jdbc_driver` below), in primary-key ranges: for
 each range MySQL computes a checksum in SQL (the row count and the sum of 60 bits of each row's
-hash, replicad/spark/canonical.py) and only the checksums travel; Spark computes the same over
+hash, replicad/spark/canonical.py, in the forms of the server's kind: MariaDB or MySQL)
+and only the checksums travel; Spark computes the same over
 the lake table. Only ranges whose checksums differ are read row by row, in parallel, and joined
 with the lake's rows by key: a key only in MySQL is `missing`, only in the lake `extra`, in
 both with another hash `different` (the columns named).
@@ -33,6 +34,7 @@ import zipfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +46,11 @@ from replicad.config import Config
 from replicad.errors import ConfigError, ReplicadError
 from replicad.spark.canonical import (
     mysql_hash_number,
+    mysql_row_hash,
     mysql_token,
     quote_name,
     spark_hash_number,
+    spark_row_hash,
     spark_token,
 )
 from replicad.spark.kafka_source import ReplicadKafkaSource, Settings, topic_ranges
@@ -124,6 +128,7 @@ class Partitioning:
     count: int
     column: dict[str, Any]  # the first key column
     bounds: tuple[int, ...] = ()  # integer ranges: the lower bounds of ranges 1..count-1
+    mariadb: bool = field(kw_only=True)  # the server's kind: its canonical forms of the key
 
     @property
     def by_value(self) -> bool:
@@ -147,7 +152,7 @@ class Partitioning:
             first = quote_name(self.column["name"])
             cases = " ".join(f"WHEN {first} < {b} THEN {i}" for i, b in enumerate(self.bounds))
             return f"CASE {cases} ELSE {len(self.bounds)} END" if cases else "0"
-        tokens = ", ".join(mysql_token(c) for c in key)
+        tokens = ", ".join(mysql_token(c, mariadb=self.mariadb) for c in key)
         return f"CRC32(CONCAT({tokens})) % {self.count}"
 
     def spark_range(self, key: Sequence[dict[str, Any]]) -> Column:
@@ -157,7 +162,7 @@ class Partitioning:
             for index in range(len(self.bounds) - 1, -1, -1):
                 expression = F.when(first < F.lit(self.bounds[index]), index).otherwise(expression)
             return expression
-        tokens = F.concat(*[spark_token(c, F.col(c["name"])) for c in key])
+        tokens = F.concat(*[spark_token(c, F.col(c["name"]), mariadb=self.mariadb) for c in key])
         return F.pmod(F.crc32(tokens.cast("binary")), F.lit(self.count))
 
 
@@ -264,18 +269,6 @@ def _server_is_mariadb(config: Config, password: str) -> bool:
     return asyncio.run(ask())
 
 
-def mysql_row_hash(columns: Sequence[dict[str, Any]]) -> str:
-    """SQL for a row's hash over its columns' canonical tokens: SHA2-256, which MariaDB and
-    MySQL both have (MySQL 9.7 has no MD5() nor SHA1(): a call is taken for a stored function
-    of the current database, "No database selected")."""
-    return f"SHA2(CONCAT({', '.join(mysql_token(c) for c in columns)}), 256)"
-
-
-def spark_row_hash(tokens: Sequence[Column]) -> Column:
-    """The same hash from the columns' `spark_token`s, in column order."""
-    return F.sha2(F.concat(*tokens), 256)
-
-
 class Verifier:
     """One verification run over every lake table `spark.tables` takes."""
 
@@ -310,6 +303,13 @@ class Verifier:
         self.password = password
 
     # ------------------------------------------------------------------ MySQL
+
+    @cached_property
+    def mariadb(self) -> bool:
+        """Whether the server is MariaDB (its canonical forms differ from MySQL's: a
+        double's text), asked through replicad's own connection: the JDBC driver's kind
+        does not say (MySQL Connector/J reads MariaDB too)."""
+        return _server_is_mariadb(self.config, self.password)
 
     def _query(self, sql: str) -> DataFrame:
         return self.spark.read.jdbc(
@@ -499,17 +499,17 @@ class Verifier:
         count = self.settings.verify_ranges
         first = key[0]
         if first["type"] not in _INTEGER_KEYS:
-            return Partitioning(count, first)
+            return Partitioning(count, first, mariadb=self.mariadb)
         name = quote_name(first["name"])
         bounds = self._query(
             f"SELECT MIN({name}) AS lo, MAX({name}) AS hi FROM {source_table}"
         ).first()
         if bounds is None or bounds["lo"] is None:
-            return Partitioning(1, first, ())
+            return Partitioning(1, first, (), mariadb=self.mariadb)
         low, high = int(bounds["lo"]), int(bounds["hi"])
         step = max(1, (high - low + 1) // count)
         cuts = tuple(sorted({low + step * i for i in range(1, count) if low + step * i <= high}))
-        return Partitioning(len(cuts) + 1, first, cuts)
+        return Partitioning(len(cuts) + 1, first, cuts, mariadb=self.mariadb)
 
     def _mysql_checksums(
         self,
@@ -518,7 +518,7 @@ class Verifier:
         key: list[dict[str, Any]],
         partitioning: Partitioning,
     ) -> dict[int, tuple[int, int]]:
-        number = mysql_hash_number(mysql_row_hash(columns))
+        number = mysql_hash_number(mysql_row_hash(columns, mariadb=self.mariadb))
         if not partitioning.by_value:
             grouped = self._query(
                 f"SELECT {partitioning.sql_range(key)} AS _range, COUNT(*) AS n, "
@@ -549,7 +549,9 @@ class Verifier:
     ) -> DataFrame:
         """The rows of some ranges, as canonical tokens: one JDBC partition per range."""
         first = quote_name(key[0]["name"])
-        tokens = ", ".join(f"{mysql_token(c)} AS _c{i}" for i, c in enumerate(columns))
+        tokens = ", ".join(
+            f"{mysql_token(c, mariadb=self.mariadb)} AS _c{i}" for i, c in enumerate(columns)
+        )
         subquery = (
             f"(SELECT {first} AS _first, {partitioning.sql_range(key)} AS _range, {tokens} "
             f"FROM {source_table}) AS _rows"
@@ -572,7 +574,10 @@ class Verifier:
         """Every key the lake knows (deleted ones too), with its range, tokens, hash and last
         coordinates."""
         stored = lake.stored()
-        tokens = [spark_token(c, F.col(c["name"])).alias(f"_c{i}") for i, c in enumerate(columns)]
+        tokens = [
+            spark_token(c, F.col(c["name"]), mariadb=self.mariadb).alias(f"_c{i}")
+            for i, c in enumerate(columns)
+        ]
         with_tokens = stored.select(
             partitioning.spark_range(key).alias("_range"),
             *tokens,

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicad.config import load_config
-from replicad.spark.canonical import mysql_double_text
+from replicad.spark.canonical import mariadb_double_text
 from replicad.spark.jobs import Materialize
 from replicad.spark.verify import Verifier
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
@@ -40,7 +40,7 @@ def test_double_text_is_what_mariadb_writes(value: float) -> None:
     with conn.cursor() as cur:
         cur.execute("SELECT CAST(CAST(%s AS DOUBLE) AS CHAR)", (repr(value),))
         (text,) = cur.fetchone()
-    assert mysql_double_text(value) == text
+    assert mariadb_double_text(value) == text
 
 
 _CONNECTION: list = []

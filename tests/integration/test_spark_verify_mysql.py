@@ -6,29 +6,107 @@ pipeline's back with `sql_log_bin=0`: verify must name exactly those keys and co
 
 The command runs as `replicad spark verify` (its own Spark session): the tests' shared session
 was started with MariaDB Connector/J only, and a JVM's classpath is fixed at its start.
+
+The values are the ones MySQL prints differently from a naive text of them: random JSON
+documents (key orders MySQL changes, number spellings it rewrites, escapes, top-level strings
+and `null`), doubles and floats of random bits (MySQL's `CAST(double AS CHAR)` rounds a text
+longer than 22 characters).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
+import struct
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replicad.config import load_config
+from replicad.spark.canonical import mysql_double_text, mysql_text
 from replicad.spark.jobs import Materialize
-from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
+from tests.helpers.all_types import ALL_TYPES, COLUMNS, random_literal
 from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad
-from tests.helpers.mysql import MYSQL_PORT, mysql, mysql_db  # noqa: F401 (fixtures)
+from tests.helpers.mysql import MYSQL_PORT, connect_root, mysql, mysql_db  # noqa: F401
 from tests.integration.test_mysql_snapshots import _wait_caught_up
-from tests.integration.test_spark_verify import _by_kind
+from tests.integration.test_spark_verify import _by_kind, _float_bits
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
+
+
+def _json_number(rng: random.Random) -> str:
+    """A JSON number in one of the spellings MySQL reads differently from how it prints them."""
+    return rng.choice([
+        "1.0", "1e2", "1E+2", "-0", "-0.0", "0.5e-3", "100", "-7",
+        "18446744073709551615", "18446744073709551616", "-9223372036854775809",
+        "123456789012345678901234567890", "1e300", "-2.5e-300",
+        _float_bits(rng), _float_bits(rng), str(rng.randint(-(2**63), 2**63 - 1)),
+    ])  # fmt: skip
+
+
+def _json_string(rng: random.Random) -> str:
+    """A JSON string literal: quotes, backslashes, controls, escapes MySQL rewrites."""
+    pieces = ["a", "b", "ab", "é", "日本", "😀", '\\"', "\\\\", "\\n", "\\t", "\\u0001",
+              "\\u2028", "\\/", "\\u00e9", " ", "\x7f"]  # fmt: skip
+    return '"' + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) + '"'
+
+
+def _json_document(rng: random.Random, depth: int = 0) -> str:
+    """Random JSON text: objects with keys MySQL reorders (and repeats), arrays, scalars,
+    random whitespace."""
+    space = rng.choice(["", " ", "\n  "])
+    pick = rng.random() if depth < 3 else rng.random() * 0.6
+    if pick < 0.15:
+        return _json_string(rng)
+    if pick < 0.35:
+        return _json_number(rng)
+    if pick < 0.45:
+        return rng.choice(["true", "false", "null"])
+    if pick < 0.7:
+        items = [_json_document(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+        return "[" + f",{space}".join(items) + "]"
+    members = [
+        f"{_json_string(rng)}{space}:{space}{_json_document(rng, depth + 1)}"
+        for _ in range(rng.randint(0, 5))
+    ]
+    return "{" + f",{space}".join(members) + "}"
+
+
+# Values first, then random ones: a JSON null document, a top-level string, keys MySQL
+# reorders with doubles it prints as 1.0 and -0.0; the double edges.
+_FIXED_JSON = ["null", '"top-level string"', '{"bb": 1e2, "a": {"dd": 1.0, "c": -0.0}}', "-0"]
+_FIXED_DOUBLES = ["-0.0", "5e-324", "1.7976931348623157e308", "-1.4074705188261364e113"]
+
+
+def _float32_bits(rng: random.Random) -> str:
+    while True:
+        value = struct.unpack("<f", rng.randbytes(4))[0]
+        if value == value and abs(value) != float("inf"):
+            return repr(value)  # the float32 exactly, as a double's shortest text
+
+
+def _insert_rows(cur, rng: random.Random, ids: range) -> None:
+    """Every ALL_TYPES column: j, dbl and fl as parameters (random JSON text, random bits),
+    the others as all_types' literals."""
+    others = [c for c in COLUMNS if c not in ("j", "dbl", "fl")]
+    for n, i in enumerate(ids):
+        j = _FIXED_JSON[n] if n < len(_FIXED_JSON) else _json_document(rng)
+        dbl = _FIXED_DOUBLES[n] if n < len(_FIXED_DOUBLES) else _float_bits(rng)
+        fl = _float32_bits(rng)
+        j, dbl, fl = (None if rng.random() < 0.05 else v for v in (j, dbl, fl))
+        literals = ", ".join(random_literal(c, rng) for c in others)
+        cur.execute(
+            f"INSERT INTO t (id, j, dbl, fl, {', '.join(others)}) VALUES (%s, %s, %s, %s, "
+            f"{literals})",
+            (i, j, dbl, fl),
+        )
 
 
 def _connector_j() -> Path:
@@ -71,13 +149,8 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
         cur.execute("SELECT @@GLOBAL.gtid_executed")
         (start,) = cur.fetchone()
         cur.execute(ALL_TYPES)
-        # JSON stays NULL: the lake keeps a MySQL JSON value as orjson's text (a string
-        # value unquoted), which is not MySQL's own text of it; verify reports those rows.
-        insert_random(cur, rng, range(1, 301), [c for c in COLUMNS if c != "j"])
-        # A composite key that is not an integer: hash buckets instead of value ranges. Its
-        # doubles have few digits: MySQL's CAST(double AS CHAR) keeps at most 22 characters
-        # (-1.4074705188261364e113 reads -1.407470518826136e113), so a double that needs
-        # 17 digits is reported different (see docs/spark.md).
+        _insert_rows(cur, rng, range(1, 301))
+        # A composite key that is not an integer: hash buckets instead of value ranges.
         cur.execute(
             "CREATE TABLE k (name VARCHAR(20) CHARACTER SET latin1, at DATETIME(6), v DOUBLE,"
             " note VARCHAR(10), PRIMARY KEY (name, at))"
@@ -85,8 +158,7 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
         for i in range(200):
             cur.execute("INSERT INTO k VALUES (%s, %s, %s, %s)",
                         (f"n{i % 37}é", f"2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}",
-                         round(rng.uniform(-1e6, 1e6), 6),
-                         None if i % 5 == 0 else f"x{i}"))  # fmt: skip
+                         _float_bits(rng), None if i % 5 == 0 else f"x{i}"))  # fmt: skip
     lake, checkpoints, jar = tmp_path / "lake", tmp_path / "ckpt", _connector_j()
     replicad = KafkaReplicad(
         tmp_path / "replicad", server_id=7311, prefix=f"w{uuid.uuid4().hex[:8]}",
@@ -123,7 +195,10 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
             assert cur.fetchone()[0] != -7.5  # (dbl + 1 may equal dbl: 1e300 is a value here)
             cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute("UPDATE t SET dbl = -7.5, dt6 = '2020-02-02 02:02:02.5' WHERE id = 7")
-            cur.execute("UPDATE t SET g = ST_GeomFromText('POINT(1 2)', 4326) WHERE id = 8")
+            cur.execute(
+                "UPDATE t SET g = ST_GeomFromText('POINT(1 2)', 4326),"
+                """ j = '{"hidden": true}' WHERE id = 8"""
+            )
             cur.execute("DELETE FROM t WHERE id = 150")
             cur.execute("INSERT INTO t (id, vc) VALUES (1000, 'hidden')")
             cur.execute("UPDATE k SET note = 'hidden' WHERE name = 'n3é' AND at LIKE '%.000003'")
@@ -141,7 +216,7 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
         assert _by_kind(report_t) == {
             "missing": [("1000",)],
             "extra": [("150",)],
-            "different": [(("7",), ("dbl", "dt6")), (("8",), ("g",))],
+            "different": [(("7",), ("dbl", "dt6")), (("8",), ("g", "j"))],
         }, report_t
         assert report_t["counts"] == {"missing": 1, "extra": 1, "different": 2, "unsettled": 0}
         assert 1 <= report_t["ranges_differing"] < report_t["ranges"]  # not every range re-read
@@ -152,3 +227,21 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
         }, report_k
     finally:
         assert replicad.stop() == 0
+
+
+_CONNECTION: list = []
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_double_text_is_what_mysql_computes_and_reads_back(value: float) -> None:
+    """verify's SQL for a MySQL DOUBLE (canonical.mysql_text), run by MySQL 9.7, gives the
+    Spark side's text, and that text reads back as the same double (sign of zero too)."""
+    if not _CONNECTION:
+        _CONNECTION.append(connect_root())
+    sql = mysql_text({"name": "v", "type": "double"}, mariadb=False)
+    with _CONNECTION[0].cursor() as cur:
+        cur.execute(f"SELECT {sql} FROM (SELECT CAST(%s AS DOUBLE) AS v) AS x", (repr(value),))
+        (text,) = cur.fetchone()
+    assert mysql_double_text(value) == text
+    assert float(text) == value and math.copysign(1, float(text)) == math.copysign(1, value)
