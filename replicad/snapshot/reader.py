@@ -272,7 +272,7 @@ async def _global_read_lock(conn: AsyncConnection, timeout_s: int) -> None:
         if exc.code == _ER_SPECIFIC_ACCESS_DENIED:
             raise SnapshotError(
                 "snapshot.locking: minimal takes FLUSH TABLES WITH READ LOCK, which needs the "
-                "RELOAD privilege (or FLUSH_TABLES, MySQL 8.0.31+): GRANT RELOAD ON *.* TO "
+                "RELOAD privilege (or FLUSH_TABLES, MySQL 8.0 and later): GRANT RELOAD ON *.* TO "
                 "the source user, or use snapshot.initial_method: watermarks (no lock)",
                 key="snapshot.locking",
                 server=exc.message,
