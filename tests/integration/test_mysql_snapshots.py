@@ -387,8 +387,9 @@ def test_a_global_read_lock_held_off_times_out_instead_of_hanging(
     reload_user,
 ) -> None:
     """A long statement keeps FLUSH TABLES WITH READ LOCK from being granted: the start fails
-    after `lock_timeout_s` with a transient error (75) naming it, not a hang, and nothing is
-    stored; writers are free again at once."""
+    after `lock_timeout_s` with a transient error (75) naming it while the statement still
+    runs (not a hang), and nothing is stored. (Writers of `k` itself wait for that statement
+    anyway: the flush marked the table; docs/snapshots.md says so.)"""
     conn, db = mysql_db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE k (id INT PRIMARY KEY, v INT)")
@@ -411,8 +412,6 @@ def test_a_global_read_lock_held_off_times_out_instead_of_hanging(
     assert result.returncode == 75, result.stderr[-2000:]
     assert b"lock_timeout_s" in result.stderr, result.stderr[-2000:]
     assert holder.is_alive(), f"the lock was awaited until the statement ended ({took:.1f} s)"
-    with conn.cursor() as cur:  # not blocked: the lock request is gone
-        cur.execute("INSERT INTO k VALUES (2, 2)")
     holder.join(30)
     slow.close()
     assert replicad.position() is None
