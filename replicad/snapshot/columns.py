@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from replicad.binlog.charsets import CODEC_BY_CHARSET, decode_text
+from replicad.binlog.charsets import CODEC_BY_CHARSET, decode_text, encode_text
 from replicad.binlog.column_types import (
     ColumnDescription,
     SqlType,
@@ -184,7 +184,8 @@ class SnapshotColumn:
             return str(sum(1 << self.members.index(n) for n in names))
         if data_type in ("date", "datetime", "timestamp", "time"):
             return "'" + _temporal_text(value) + "'"
-        raw = value if isinstance(value, bytes) else value.encode(_python_codec(self.charset))
+        codec = CODEC_BY_CHARSET.get(self.charset or "", "utf-8")
+        raw = value if isinstance(value, bytes) else encode_text(value, codec)
         if data_type in _BINARIES or self.charset is None:
             return f"X'{raw.hex()}'"
         collate = f" COLLATE {self.collation}" if self.collation else ""
@@ -200,11 +201,6 @@ def description_of(
 ) -> TableDescription:
     described = tuple(ColumnDescription(c.name, c.sql_type(), c.nullable) for c in columns)
     return table_description(db, table, described, tuple(primary_key))
-
-
-def _python_codec(charset: str | None) -> str:
-    codec = CODEC_BY_CHARSET.get(charset or "", "utf-8")
-    return "latin-1" if codec == "mysql_latin1" else codec
 
 
 def _decimal(raw: bytes) -> Decimal:

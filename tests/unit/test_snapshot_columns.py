@@ -85,6 +85,13 @@ def test_a_column_type_without_an_exact_reading_is_refused_with_its_name() -> No
          "_utf8mb4 X'612762' COLLATE utf8mb4_general_ci"),
         (col("varchar", charset="latin1", collation="latin1_swedish_ci"), "Ä",
          "_latin1 X'c4' COLLATE latin1_swedish_ci"),
+        # MySQL's latin1 is cp1252 with C1 controls in its gaps (MySQL's ctype-latin1.c):
+        # the euro sign is 0x80 and U+0081 is 0x81, which Python's latin-1 or cp1252 cannot give
+        (col("varchar", charset="latin1", collation="latin1_swedish_ci"), "€\x81",
+         "_latin1 X'8081' COLLATE latin1_swedish_ci"),
+        # greek: the servers read 0xA1 as U+02BD where Python's iso8859_7 has U+2018
+        (col("varchar", charset="greek", collation="greek_general_ci"), "\u02bd",
+         "_greek X'a1' COLLATE greek_general_ci"),
         (col("varbinary"), b"\x00\xff", "X'00ff'"),
         (col("enum", members=("new", "paid")), "paid", "2"),  # ENUM sorts by index
         (col("set", members=("a", "b", "c")), "a,c", "5"),
