@@ -4,6 +4,11 @@ ZooKeeper session (SIGSTOP ... SIGCONT: a zombie), cut off from ZooKeeper until 
 expires (a partition through a TCP proxy: connections reset) or silenced past its session (a
 black hole: nothing reset, the session expires on the server and the worker learns it when
 the network heals). Afterwards the Kafka topics are folded and compared with the tables.
+The `test_mysql_*` variants run the same against the real MySQL 9.7 (user repl,
+caching_sha2): a standby resumes by MySQL's GTID set (COM_BINLOG_DUMP_GTID), the catch-up is
+judged by the server's GTID_SUBSET, and MySQL's JSON column folds to JSON values. They need no
+quiet server (not `serial`): every comparison with the server's binlog end or executed GTIDs
+holds with other tests' transactions in it too (a window only widens; a set only grows).
 
 Oracles:
 - nothing lost: the topics, folded per key in binlog order (a consumer dropping repeats by
@@ -23,9 +28,10 @@ Oracles:
   asserts that a standby took over within 2 x session timeout + 4 s, and
   REPLICAD_HA_STRICT_FAILOVER=1 asserts the target itself for every fault.
 
-Options: REPLICAD_HA_ITERATIONS (default 10) faults per run; REPLICAD_HA_REPEAT (default 1)
-runs of each test; REPLICAD_HA_REPORT=<file> appends each run's failover times as a JSON
-line. Every wait is derived from the session timeout; when a run fails, the tail of each
+Options: REPLICAD_HA_ITERATIONS (default 10) faults per MariaDB run,
+REPLICAD_HA_MYSQL_ITERATIONS (default 4: each kind once) per MySQL run; REPLICAD_HA_REPEAT
+(default 1) runs of each test; REPLICAD_HA_REPORT=<file> appends each run's failover times as
+a JSON line. Every wait is derived from the session timeout; when a run fails, the tail of each
 worker's log is part of the failure message.
 """
 
@@ -48,30 +54,39 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.helpers.daemon_process import wait_for
+from tests.helpers.databases import fresh_database
 from tests.helpers.ha import (
+    MARIADB,
+    MYSQL,
     SESSION_TIMEOUT_S,
     STARTUP_WAIT_S,
+    HaPrimary,
     HaReplicad,
     coordinate,
     fold_in_binlog_order,
 )
 from tests.helpers.kafka_helpers import Record
 from tests.helpers.kafka_run import (
+    TABLES_SQL,
     BackgroundWriter,
     assert_read_committed_view,
-    master_gtid,
-    normalise_expected,
     read_exactly_once,
     read_topics,
     sink_instance,
-    tables_state,
+    state_difference,
 )
-from tests.helpers.position_cli import master_status as binlog_end
+from tests.helpers.mysql import MySQLServer, mysql
+from tests.helpers.mysql import connect_root as mysql_root
 from tests.helpers.tcp_proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
+__all__ = ["mysql"]  # a fixture, used by name
 
 ITERATIONS = int(os.environ.get("REPLICAD_HA_ITERATIONS", "10"))
+# MySQL runs fewer: each kind of fault once by default. What differs on MySQL is the source
+# side (GTID-set resume, its dump threads, caching_sha2): every kind once covers it; the
+# election and fencing under repetition are the same code the MariaDB runs repeat.
+MYSQL_ITERATIONS = int(os.environ.get("REPLICAD_HA_MYSQL_ITERATIONS", "4"))
 REPEAT = int(os.environ.get("REPLICAD_HA_REPEAT", "1"))
 REPORT = os.environ.get("REPLICAD_HA_REPORT")
 FAULTS = ("kill", "zombie", "partition", "expire")
@@ -251,6 +266,8 @@ def run_with_faults(
     seed: int,
     iterations: int,
     stopped: Callable[[HaReplicad], None] | None = None,
+    primary: HaPrimary = MARIADB,
+    only_db: bool = False,
     **worker_options: Any,
 ) -> FaultRun:
     """`workers_n` workers of one pipeline and a continuous workload; `iterations` times the
@@ -261,7 +278,9 @@ def run_with_faults(
     each deposed one led again when the rotation came back to it. Returns after the last
     leader caught up with the primary and every worker stopped cleanly (exit 0).
     `stopped(leader)`: called while a leader hit by a kill or a zombie fault is stopped
-    (SIGSTOP; a kill follows), to look at what it left on the broker."""
+    (SIGSTOP; a kill follows), to look at what it left on the broker. `primary`: the
+    server replicated and written to (the shared MariaDB, or MySQL); `only_db`: the workers
+    publish only `db`'s tables (what other tests write to that server stays out)."""
     zk_host, zk_port = zookeeper.split(":")
     proxies = [FaultProxy(zk_host, int(zk_port)).__enter__() for _ in range(workers_n)]
     workers = [
@@ -274,13 +293,15 @@ def run_with_faults(
             prefix=prefix,
             kafka=kafka,
             pipeline=pipeline,
+            port=primary.port,
+            **({"db": db} if only_db else {}),
             **worker_options,
         )
         for i in range(workers_n)
     ]
     names = sorted(w.name for w in workers)
     proxy_of = {w.name: p for w, p in zip(workers, proxies, strict=True)}
-    writer = BackgroundWriter(db, seed=seed, pause_s=0.02)
+    writer = BackgroundWriter(db, seed=seed, pause_s=0.02, connect=primary.connect_root)
     windows: list[tuple[tuple[str, int], tuple[str, int]]] = []
     faults: list[Fault] = []
     zombies: list[Zombie] = []
@@ -330,7 +351,7 @@ def run_with_faults(
                     # Nothing tells it: it may publish until its lease runs out by its clock
                     # (0.6 x session timeout after its last renewal, which was before now).
                     time.sleep(LEASE_S + 0.5)
-                windows.append(((before["file"], before["pos"]), binlog_end()))
+                windows.append(((before["file"], before["pos"]), primary.binlog_end()))
                 others = [w for w in workers if w is not leader]
                 took = wait_for_takeover(others, started, kind)
                 faults.append(Fault(kind, leader.name, started, took - started))
@@ -352,9 +373,9 @@ def run_with_faults(
         finally:
             statements = writer.stop()
         leader_of(workers, zookeeper, zk_root, pipeline)
-        target = master_gtid()
+        target = primary.executed()
         wait_for(
-            lambda: gtid_reached((state()["position"] or {}).get("mariadb_gtid"), target),
+            lambda: primary.reached(state()["position"], target),
             TAKEOVER_WAIT_S + 40,
             "the leader to catch up",
         )
@@ -362,6 +383,7 @@ def run_with_faults(
             assert worker.proc is not None
             assert worker.proc.poll() is None, f"{worker.name} exited {worker.proc.returncode}"
         _assert_deposed_led_again(workers, faults)
+        _assert_resumed_by_gtid(workers, primary)
         for worker in workers:
             assert worker.proc is not None
             assert worker.stop() == 0, f"{worker.name} did not stop cleanly"
@@ -370,15 +392,18 @@ def run_with_faults(
     return FaultRun(workers, windows, faults, zombies, statements)
 
 
-def gtid_reached(position: str | None, target: str) -> bool:
-    """Is a MariaDB GTID position at or past `target` in every domain of it? (Past: other
-    tests' writes may move the primary on meanwhile.)"""
-    if not position:
-        return False
-    have = {d: int(seq) for d, _, seq in (g.split("-") for g in position.split(","))}
-    return all(
-        have.get(d, -1) >= int(seq) for d, _, seq in (g.split("-") for g in target.split(","))
-    )
+def _assert_resumed_by_gtid(workers: list[HaReplicad], primary: HaPrimary) -> None:
+    """Every dump any worker started asked by GTID (MySQL: COM_BINLOG_DUMP_GTID with the
+    stored set; MariaDB: @slave_connect_state), never by a file offset: a position is a
+    primary's GTID state, which is what survives a primary's failover."""
+    want = "gtid" if primary.name == "mysql" else "mariadb_gtid"
+    dumps = [
+        (w.name, e.get("dump"), e.get("start"))
+        for w in workers
+        for e in w.log_events()
+        if e.get("event") == "source_connected"
+    ]
+    assert len(dumps) > 1 and all(d == want for _, d, _ in dumps), dumps
 
 
 def _assert_deposed_led_again(workers: list[HaReplicad], faults: list[Fault]) -> None:
@@ -432,6 +457,42 @@ def change_id(record: Record) -> tuple[Any, ...]:
 ROUNDS = pytest.mark.parametrize("round_", range(REPEAT), ids=lambda r: f"round{r}")
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a failover test runs against: the fixtures it was given and the primary."""
+
+    conn: Any  # a root connection to the primary, on the test's database
+    db: str
+    kafka: str
+    zookeeper: str
+    zk_root: str
+    tmp_path: Path
+    primary: HaPrimary = MARIADB
+    iterations: int = ITERATIONS
+
+    def run(self, **options: Any) -> FaultRun:
+        return run_with_faults(
+            self.db,
+            self.kafka,
+            self.zookeeper,
+            self.zk_root,
+            self.tmp_path,
+            primary=self.primary,
+            iterations=self.iterations,
+            **options,
+        )
+
+
+@pytest.fixture
+def mysql_shop(mysql: MySQLServer) -> Iterator[tuple[Any, str]]:
+    """The `shop` tables in a fresh database on the shared MySQL 9.7."""
+    with fresh_database(mysql_root) as (conn, name):
+        with conn.cursor() as cur:
+            for sql in TABLES_SQL:
+                cur.execute(sql)
+        yield conn, name
+
+
 @ROUNDS
 @pytest.mark.parametrize("workers_n", [2, 3])
 def test_failover_loses_nothing_and_zombies_stay_silent(
@@ -443,25 +504,43 @@ def test_failover_loses_nothing_and_zombies_stay_silent(
     workers_n: int,
     round_: int,
 ) -> None:
-    conn, db = shop
+    setup = Setup(shop[0], shop[1], kafka, zookeeper, zk_root, tmp_path)
+    _at_least_once(setup, workers_n, server_id=7400 + workers_n, seed=40 + workers_n + 10 * round_)
+
+
+@ROUNDS
+def test_mysql_failover_loses_nothing_and_zombies_stay_silent(
+    mysql_shop, kafka: str, zookeeper: str, zk_root: str, tmp_path: Path, round_: int
+) -> None:
+    """The same against MySQL 9.7 (user repl, caching_sha2; a standby resumes by MySQL's
+    GTID set), three workers, each kind of fault MYSQL_ITERATIONS / 4 times."""
+    setup = Setup(
+        mysql_shop[0], mysql_shop[1], kafka, zookeeper, zk_root, tmp_path, MYSQL, MYSQL_ITERATIONS
+    )
+    _at_least_once(setup, 3, server_id=7420, seed=60 + 10 * round_, db_filter=True)
+
+
+def _at_least_once(
+    setup: Setup, workers_n: int, *, server_id: int, seed: int, db_filter: bool = False
+) -> None:
+    """The at-least-once run and its oracle. `db_filter`: the workers publish only the
+    test's database (other tests write to the same server)."""
+    conn, db = setup.conn, setup.db
     prefix = f"ha{uuid.uuid4().hex[:8]}"
-    run = run_with_faults(
-        db,
-        kafka,
-        zookeeper,
-        zk_root,
-        tmp_path,
+    run = setup.run(
         workers_n=workers_n,
         pipeline=f"ha{workers_n}{uuid.uuid4().hex[:6]}",
         prefix=prefix,
-        server_id=7400 + workers_n,
-        seed=40 + workers_n + 10 * round_,
-        iterations=ITERATIONS,
+        server_id=server_id,
+        seed=seed,
+        only_db=db_filter,
     )
     windows = run.windows
 
-    records = read_topics(kafka, prefix, db)
-    assert fold_in_binlog_order(records, prefix, db) == normalise_expected(tables_state(conn, db))
+    records = read_topics(setup.kafka, prefix, db)
+    folded = fold_in_binlog_order(records, prefix, db)
+    expected = setup.primary.expected_state(conn, db)
+    assert folded == expected, state_difference(folded, expected)
     counts: dict[tuple[Any, ...], int] = {}
     for record in records:
         key = change_id(record)
@@ -472,9 +551,10 @@ def test_failover_loses_nothing_and_zombies_stay_silent(
         assert any(low < where <= high for low, high in windows), (dup, windows)
     for zombie in run.zombies:
         _assert_silent_after_loss(zombie)
-    failovers = report_failovers(f"at-least-once/{workers_n}", run)
+    label = f"{setup.primary.name}/at-least-once/{workers_n}"
+    failovers = report_failovers(label, run)
     print(
-        f"at-least-once, {workers_n} workers, {ITERATIONS} faults, {run.statements} statements, "
+        f"{label}: {setup.iterations} faults, {run.statements} statements, "
         f"{len(records)} messages, {len(dups)} duplicated; {failovers}"
     )
     assert max(t for _, t in run.failovers) <= FAILOVER_BOUND_S, run.failovers
@@ -511,7 +591,26 @@ def test_exactly_once_failover_has_no_duplicates(
       another worker's init_transactions is no later than the position that worker loaded;
     - a takeover after every fault (the failover distribution is reported; see above).
     """
-    conn, db = shop
+    setup = Setup(shop[0], shop[1], kafka, zookeeper, zk_root, tmp_path)
+    _exactly_once(setup, workers_n, server_id=7410 + workers_n, seed=50 + workers_n + 10 * round_)
+
+
+@ROUNDS
+def test_mysql_exactly_once_failover_has_no_duplicates(
+    mysql_shop, kafka: str, zookeeper: str, zk_root: str, tmp_path: Path, round_: int
+) -> None:
+    """The same against MySQL 9.7, two workers, each kind of fault MYSQL_ITERATIONS / 4
+    times."""
+    setup = Setup(
+        mysql_shop[0], mysql_shop[1], kafka, zookeeper, zk_root, tmp_path, MYSQL, MYSQL_ITERATIONS
+    )
+    _exactly_once(setup, 2, server_id=7421, seed=70 + 10 * round_, db_filter=True)
+
+
+def _exactly_once(
+    setup: Setup, workers_n: int, *, server_id: int, seed: int, db_filter: bool = False
+) -> None:
+    conn, db, kafka = setup.conn, setup.db, setup.kafka
     prefix = f"he{uuid.uuid4().hex[:8]}"
     pipeline = f"haeos{uuid.uuid4().hex[:6]}"
     left_open: set[str] = set()
@@ -520,27 +619,29 @@ def test_exactly_once_failover_has_no_duplicates(
         view = read_exactly_once(kafka, prefix, db, pipeline, idle_s=0.3)
         left_open.update(view.open_batches(sink_instance(leader)))
 
-    run = run_with_faults(
-        db,
-        kafka,
-        zookeeper,
-        zk_root,
-        tmp_path,
+    run = setup.run(
         workers_n=workers_n,
         pipeline=pipeline,
         prefix=prefix,
-        server_id=7410 + workers_n,
-        seed=50 + workers_n + 10 * round_,
-        iterations=ITERATIONS,
+        server_id=server_id,
+        seed=seed,
         stopped=stopped,
         kafka_yaml="exactly_once: true\nproducer: {transaction.timeout.ms: 10000}",
         log_level="debug",
+        only_db=db_filter,
     )
 
     view = read_exactly_once(kafka, prefix, db, pipeline)
     with worker_logs_on_failure(run.workers):
-        summary = assert_read_committed_view(view, conn, db, prefix, aborted_batches=left_open)
-    if ITERATIONS >= len(FAULTS):  # else hiding aborted messages might go untested
+        summary = assert_read_committed_view(
+            view,
+            conn,
+            db,
+            prefix,
+            aborted_batches=left_open,
+            expected=setup.primary.expected_state(conn, db),
+        )
+    if setup.iterations >= len(FAULTS):  # else hiding aborted messages might go untested
         assert view.aborted, "no fault left an aborted message on the broker"
     for zombie in run.zombies:
         _assert_silent_after_loss(zombie, fenced_ok=True)
@@ -549,9 +650,10 @@ def test_exactly_once_failover_has_no_duplicates(
         _assert_no_commit_after_abandon(worker)
     _assert_successors_saw_every_commit(run.workers)
     instances = {p["batch"].split(":")[0] for p in view.positions}
-    failovers = report_failovers(f"exactly-once/{workers_n}", run)
+    label = f"{setup.primary.name}/exactly-once/{workers_n}"
+    failovers = report_failovers(label, run)
     print(
-        f"exactly-once, {workers_n} workers, {ITERATIONS} faults, {run.statements} statements, "
+        f"{label}: {setup.iterations} faults, {run.statements} statements, "
         f"{len(instances)} sink instances, {len(left_open)} batches left open by a kill or a "
         f"zombie; {summary}; {failovers}"
     )

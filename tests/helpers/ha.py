@@ -1,19 +1,27 @@
-"""HA workers (`replicad run` with ZooKeeper, on a short session timeout) and the oracle of
-the failover tests: messages folded per key in binlog order, as an at-least-once consumer
-dedupes them."""
+"""HA workers (`replicad run` with ZooKeeper, on a short session timeout), the primary they
+replicate (MariaDB or MySQL: its binlog end and executed GTIDs, each server asked in its own
+terms) and the oracle of the failover tests: messages folded per key in binlog order, as an
+at-least-once consumer dedupes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pymysql
 
+from tests.helpers import mariadb, mysql
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.kafka_helpers import Record
 from tests.helpers.kafka_run import (
     KafkaReplicad,
     after_image,
+    gtid_reached,
+    normalise_expected,
+    tables_state,
 )
 
 SESSION_TIMEOUT_S = 3.0
@@ -47,6 +55,74 @@ class HaReplicad(KafkaReplicad):
             f"{self.name} to become a candidate",
         )
         assert proc.poll() is None, self.err.read_text()[-3000:]
+
+
+@dataclass(frozen=True)
+class HaPrimary:
+    """The primary of a failover run. `executed()` is its executed GTIDs now; `reached(p, t)`
+    whether a stored position `p` (the pipeline's position in ZooKeeper) covers every
+    transaction of `t`. Other tests may write to the same server meanwhile: both checks hold
+    with their transactions too (a set or a position past the target), so the comparison
+    needs no quiet server."""
+
+    name: str
+    port: int
+    connect_root: Callable[..., pymysql.connections.Connection]
+
+    def _scalar(self, sql: str) -> Any:
+        conn = self.connect_root()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchone()
+        finally:
+            conn.close()
+
+    def binlog_end(self) -> tuple[str, int]:
+        """The current binlog file and offset (MySQL 8.4 removed SHOW MASTER STATUS)."""
+        sql = "SHOW BINARY LOG STATUS" if self.name == "mysql" else "SHOW MASTER STATUS"
+        file, pos = self._scalar(sql)[:2]
+        return str(file), int(pos)
+
+    def executed(self) -> str:
+        """MariaDB's @@gtid_binlog_pos, or MySQL's @@gtid_executed (a GTID set)."""
+        if self.name == "mysql":
+            return str(self._scalar("SELECT @@GLOBAL.gtid_executed")[0]).replace("\n", "")
+        return str(self._scalar("SELECT @@gtid_binlog_pos")[0])
+
+    def expected_state(
+        self, conn: pymysql.connections.Connection, db: str
+    ) -> dict[str, dict[str, Any]]:
+        """The shop tables as SELECT shows them, in the documented message mapping
+        (docs/architecture.md): on MySQL a JSON column is published as the JSON value, on
+        MariaDB (where JSON is LONGTEXT) as its text."""
+        state = normalise_expected(tables_state(conn, db))
+        if self.name == "mysql":
+            for row in state.get("items", {}).values():
+                if row.get("doc") is not None:
+                    row["doc"] = orjson.loads(row["doc"])
+        return state
+
+    def reached(self, position: dict[str, Any] | None, target: str) -> bool:
+        """MariaDB: the position's GTID is at or past `target` in each of its domains. MySQL:
+        `target` is a subset of the position's executed set, as the server's GTID_SUBSET
+        says."""
+        if self.name != "mysql":
+            return gtid_reached((position or {}).get("mariadb_gtid"), target)
+        have = (position or {}).get("gtid_set")
+        if have is None:
+            return False
+        conn = self.connect_root()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT GTID_SUBSET(%s, %s)", (target, have))
+                return bool(cur.fetchone()[0])
+        finally:
+            conn.close()
+
+
+MARIADB = HaPrimary("mariadb", mariadb.MARIADB_PORT, mariadb.connect_root)
+MYSQL = HaPrimary("mysql", mysql.MYSQL_PORT, mysql.connect_root)
 
 
 def coordinate(record: Record) -> tuple[str, int, int]:
