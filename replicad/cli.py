@@ -25,6 +25,7 @@ from replicad.exit_codes import (
     EXIT_CONFIG,
     EXIT_DATA_ERROR,
     EXIT_OK,
+    EXIT_TEMPFAIL,
     EXIT_USAGE,
 )
 from replicad.relay.decode import input_kind
@@ -321,13 +322,19 @@ def _load(args: argparse.Namespace) -> tuple[Config, str]:
     return config, config.source.resolve_password()
 
 
-def _configure_logging(config: Config, level: str, *others: Config) -> None:
-    """Logging as the config says, then the warnings only a configured log can carry."""
+def _configure_logging(config: Config, level: str, *others: Config, one_shot: bool = False) -> None:
+    """Logging as the config says, then the warnings only a configured log can carry.
+    `one_shot`: a command that reads ZooKeeper once and says in one line why it could not
+    (status, snapshot, position): kazoo's own retries (a warning per attempt) are not shown."""
+    import logging
+
     import structlog
 
     from replicad.config import unknown_env_names
 
     configure_logging(config.log.format, level)
+    if one_shot:
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     for name in unknown_env_names(config, *others):
         # Not an override (no double underscore) nor a variable replicad reads: most likely
         # a misspelt override such as REPLICAD_SOURCE_HOST; ignored, said out loud.
@@ -345,6 +352,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from replicad.service.exits import exit_code
     from replicad.service.worker import run_worker
 
+    if sys.stderr is None:  # started with `2>&-`: nowhere to say anything, and a daemon
+        return EXIT_CONFIG  # whose failures nobody can read must not look healthy
     try:
         configs = [load_config(path) for path in args.config or [None]]
         config = configs[0]
@@ -362,6 +371,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(run_worker(configs, passwords))
+    except BrokenPipeError:
+        # Standard error (or the stdout sink's output) is a pipe whose reader went away
+        # (`2>&1 | head`): the log is lost, so the run ends; not 0, so that a supervisor
+        # notices and restarts it with a working one.
+        _silence_closed_streams()
+        return EXIT_TEMPFAIL
+    except ConfigError as exc:  # found only once running: the same plain line as at load
+        print(f"replicad run: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except ReplicadError as exc:
         # 78 tells systemd not to restart (see deploy/ and docs/operations.md); 75 to restart.
         code = exit_code(exc)
@@ -371,6 +389,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         structlog.get_logger("replicad").error(event, error=str(exc), kind=type(exc).__name__)
         return code
     return EXIT_OK
+
+
+def _silence_closed_streams() -> None:
+    """After a broken pipe, point standard output and error at /dev/null: Python's final
+    flush would otherwise fail again and print 'Exception ignored ... BrokenPipeError'."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            os.dup2(devnull, stream.fileno())
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -402,6 +431,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
     # imported only if something warns (replicad.lazy_logging).
     configure_logging_on_first_use("console", "warning")
     out: BinaryIO = sys.stdout.buffer
+    usage = _dump_range_problem(args)
+    if usage:  # it would print nothing and exit 0, as if the range held no events
+        print(f"replicad dump: {usage}", file=sys.stderr)
+        return EXIT_USAGE
     history = DumpHistory()  # one schema history across the inputs, in order
     last = len(args.files) - 1
     for index, path in enumerate(args.files):
@@ -448,6 +481,23 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dump_range_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with --start-position/--stop-position before anything is read: a start
+    past the end of its (first) file, or after the stop in the same file."""
+    start, stop = args.start_position, args.stop_position
+    if start is not None and stop is not None and len(args.files) == 1 and start > stop:
+        return f"--start-position {start} is after --stop-position {stop}"
+    if start is None:
+        return None
+    try:
+        size = Path(args.files[0]).stat().st_size
+    except OSError:
+        return None  # said, with the exit status of an unreadable input, when it is read
+    if Path(args.files[0]).is_file() and start > size:
+        return f"--start-position {start} is past the end of {args.files[0]} ({size} bytes)"
+    return None
+
+
 # ---------------------------------------------------------------------- operator commands
 
 
@@ -466,7 +516,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
-        _configure_logging(config, "warning")
+        _configure_logging(config, "warning", one_shot=True)
         zk = _zookeeper(config)
         if zk is not None:
             from replicad.service.ha import zk_status
@@ -492,7 +542,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
-        _configure_logging(config, "warning")
+        _configure_logging(config, "warning", one_shot=True)
         if args.action == "request":
             result = snapshots.request_snapshot(
                 config, config.source.resolve_password(), args.table, args.where,
@@ -531,9 +581,17 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
 
 def cmd_spark(args: argparse.Namespace) -> int:
     from replicad.config import load_config
+    from replicad.spark.run import master_problem
 
+    problem = args.master is not None and master_problem(args.master)
+    if problem:  # before the config and the JVM: a command line's mistake, 64
+        print(f"replicad spark {args.job}: --master: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = load_config(args.config)
+        problem = master_problem(config.spark.master)
+        if problem:
+            raise ConfigError(problem, key="spark.master")
         _configure_logging(config, config.log.level)
         import pyspark  # noqa: F401  (the optional extra: a clear message when it is missing)
 
@@ -573,7 +631,7 @@ def cmd_position(args: argparse.Namespace) -> int:
         if args.action == "set":
             parse_position_value(args.value)  # the syntax first, offline: 64, not a timeout
         config = load_config(args.config)
-        _configure_logging(config, "info")
+        _configure_logging(config, "info", one_shot=True)
         zk = _zookeeper(config)
         if args.action == "show":
             if zk is not None:

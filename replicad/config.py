@@ -19,11 +19,28 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from replicad.errors import ConfigError
 
 ENV_PREFIX = "REPLICAD_"
+
+
+class KeyedValueError(ValueError):
+    """A validator's complaint about a key its model's location does not name (a check
+    across sections, raised by the top-level model): errors name `key` instead."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
 
 
 class _Strict(BaseModel):
@@ -393,6 +410,27 @@ class ZookeeperAuthConfig(_Strict):
             ) from None
 
 
+def zookeeper_hosts(connect: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a kazoo connect string `host[:port],...[/chroot]`, read as
+    kazoo.hosts.collect_hosts reads it (port 2181 when left out); ValueError naming the part
+    that is not one."""
+    from urllib.parse import urlsplit
+
+    pairs = []
+    for part in connect.partition("/")[0].split(","):
+        try:
+            parsed = urlsplit("xxx://" + part.strip())
+            host, port = parsed.hostname, parsed.port
+        except ValueError as exc:
+            raise ValueError(f"not host:port: {part.strip()!r} ({exc})") from None
+        if not host:
+            raise ValueError(f"not host:port: {part.strip()!r} (no host)")
+        if port == 0:
+            raise ValueError(f"not host:port: {part.strip()!r} (port 0)")
+        pairs.append((host, port or 2181))
+    return pairs
+
+
 class ZookeeperConfig(_Strict):
     """Leader election, fencing and the position copy in ZooKeeper (docs/architecture.md,
     "ZooKeeper layout")."""
@@ -408,6 +446,13 @@ class ZookeeperConfig(_Strict):
     # open: world ALL; private: the configured user only (ALL); private-readable: that plus
     # world READ (dashboards, `replicad status` without credentials).
     acl: Literal["open", "private", "private-readable"] = "open"
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_parse(cls, value: str) -> str:
+        # kazoo would raise a bare ValueError (a traceback) when the client is built
+        zookeeper_hosts(value)
+        return value
 
     @model_validator(mode="after")
     def _private_acl_needs_auth(self) -> ZookeeperConfig:
@@ -581,6 +626,17 @@ class SparkConfig(_Strict):
     verify_timeout_s: float = Field(300.0, gt=0)  # the longest wait for the lake to catch up
     verify_max_keys: int = Field(1000, ge=0)  # keys listed per kind of difference and table
 
+    @field_validator("tables")
+    @classmethod
+    def _tables_is_a_regex(cls, value: str) -> str:
+        # here, not when a job starts: a bad one then cost a JVM start and exited 75, which
+        # systemd and compose restart for ever
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regex: {exc}") from None
+        return value
+
 
 class RedisSentinelConfig(_Strict):
     master: str = Field(min_length=1)  # the monitored master's name
@@ -699,9 +755,10 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _snapshot_starts_the_stream(self) -> Config:
         if self.snapshot.mode != "never" and self.source.start != "latest":
-            raise ValueError(
+            raise KeyedValueError(
+                "source.start",
                 "snapshot.mode initial/when_needed streams from the snapshot's own position; "
-                "source.start must stay latest"
+                "source.start must stay latest",
             )
         return self
 
@@ -845,21 +902,7 @@ def load_config(
     environ = os.environ if environ is None else environ
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the config file: {exc.strerror}", file=str(path)
-            ) from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file is not valid YAML: {exc}", file=str(path)) from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError("config file must hold a mapping at the top", file=str(path))
-        data = loaded
+        data = _read_yaml(path)
     overrides, origins = _env_overrides(environ)
     data = _merge(data, overrides)
     try:
@@ -868,21 +911,143 @@ def load_config(
         errors = _readable(exc.errors())
         first = errors[0]
         loc = tuple(str(p) for p in first["loc"])
-        key = ".".join(_key_parts(loc))
+        key = _error_key(first)
         value = "***" if "password" in key else _redact(first.get("input"))
-        problems = "; ".join(f"{'.'.join(_key_parts(e['loc']))}: {e['msg']}" for e in errors)
+        if not loc:  # a check across sections: its input is the whole config
+            value = None
+        problems = "; ".join(f"{_error_key(e)}: {_error_text(e)}" for e in errors)
         raise ConfigError(
             f"invalid configuration: {problems}",
-            key=key or None,
-            value=_short(value),
+            file=None if path is None else str(path),
+            key=key,
+            value=None if value is None else _short(value),
             env=_env_source(loc, origins),
         ) from None
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The file's top-level mapping. Not UTF-8, not YAML, a key given twice in one mapping
+    (YAML would silently keep the last), or not a mapping: a ConfigError naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror}", file=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file is not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} "
+            f"(line {line}); save it as UTF-8",
+            file=str(path),
+            offset=exc.start,
+        ) from None
+    try:
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except _DuplicateKeyError as exc:
+        raise ConfigError(str(exc), file=str(path), key=exc.key) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file is not valid YAML: {exc}", file=str(path)) from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ConfigError("config file must hold a mapping at the top", file=str(path))
+    return loaded
+
+
+class _DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: str, first_line: int, second_line: int) -> None:
+        self.key = key
+        super().__init__(
+            f"key {key} is given twice, on lines {first_line} and {second_line} "
+            "(YAML would keep only the last): keep one"
+        )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping, naming the key's path
+    and both lines; YAML itself keeps the last one silently. Merge keys (`<<: *anchor`) still
+    override as YAML says: only keys written in the same mapping are compared."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicates(node, [], set())
+        return self.construct_document(node)
+
+
+def _refuse_duplicates(node: yaml.Node, path: list[str], seen_nodes: set[int]) -> None:
+    if id(node) in seen_nodes:  # an alias met again (or a recursive anchor)
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                key_node, yaml.ScalarNode
+            ):
+                continue
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            if key in lines:
+                raise _DuplicateKeyError(".".join([*path, key]), lines[key], line)
+            lines[key] = line
+            _refuse_duplicates(value_node, [*path, key], seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_duplicates(item, [*path, str(index)], seen_nodes)
 
 
 def _key_parts(loc: Any) -> list[str]:
     # pydantic's union member tags (literal[...], function-after[...], the class name of a
     # member) are no key an operator can write
     return [str(p) for p in loc if "[" not in str(p) and not _member_tag(str(p))]
+
+
+def _error_key(error: Any) -> str:
+    """The key path an error is about: its location, or the key a validator of a section
+    names (KeyedValueError), or the keys such a validator checks; never empty."""
+    raised = (error.get("ctx") or {}).get("error")
+    if isinstance(raised, KeyedValueError):
+        return raised.key
+    return ".".join(_key_parts(error["loc"])) or "(top level)"
+
+
+def _error_text(error: Any) -> str:
+    """pydantic's wording made an operator's: an unknown key with the closest known one."""
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        parts = _key_parts(error["loc"])
+        unknown = parts[-1] if parts else "?"
+        known = _known_keys(error["loc"][:-1])
+        close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.6)
+        return f"unknown key `{unknown}`" + (f" (did you mean `{close[0]}`?)" if close else "")
+    if kind == "missing":
+        return "required, not given"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def _known_keys(loc: Any) -> list[str]:
+    """The keys the section at `loc` (a pydantic error location) takes."""
+    models: list[type[BaseModel]] = [Config]
+    for part in (str(p) for p in loc):
+        found: list[type[BaseModel]] = []
+        for model in models:
+            for name, field in model.model_fields.items():
+                if part in (name, field.alias):
+                    found += _models_in(field.annotation)
+        if found:
+            models = found
+        # else: a list index, a dict key or a union member's tag: the models stay those of
+        # the list, dict or union (a union of sections offers the keys of all of them)
+    return sorted({field.alias or name for m in models for name, field in m.model_fields.items()})
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) for m in _models_in(arg)]
 
 
 def _member_tag(part: str) -> bool:

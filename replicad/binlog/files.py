@@ -12,6 +12,16 @@ from replicad.binlog.parser import BINLOG_MAGIC, HEADER_LENGTH, BinlogParser, pa
 from replicad.errors import MalformedEventError, TruncatedError
 
 _READ_BUFFER = 1 << 20
+# The largest event a server writes: max_allowed_packet, whose maximum is 1 GiB (MySQL and
+# MariaDB). A length above it, or above the whole file's size, is not a torn tail but bytes
+# that are not an event header (a file with the magic and then something else).
+MAX_EVENT_LENGTH = 1 << 30
+
+
+def implausible_length(size: int, file_size: int | None) -> bool:
+    """Whether an event header's length cannot be one a server wrote into a file of
+    `file_size` bytes (None: unknown, e.g. a pipe)."""
+    return size > MAX_EVENT_LENGTH or (file_size is not None and size > file_size)
 
 
 @dataclass(slots=True)
@@ -32,6 +42,7 @@ def iter_raw_events(
             f"not a binlog file (magic {magic.hex() or 'missing'})", source=source, offset=0
         )
     pos = max(start, 4)
+    file_size = _size_of(stream)
     stream.seek(pos)
     while stop is None or pos < stop:
         head = stream.read(HEADER_LENGTH)
@@ -48,6 +59,14 @@ def iter_raw_events(
             raise MalformedEventError(
                 f"event size {size} is smaller than the header", source=source, offset=pos
             )
+        if implausible_length(size, file_size):
+            file_size = _size_of(stream)  # a file still being written may have grown since
+        if implausible_length(size, file_size):
+            raise MalformedEventError(
+                f"implausible event length {size} at offset {pos} (not a binlog?)",
+                source=source,
+                offset=pos,
+            )
         rest = stream.read(size - HEADER_LENGTH)
         if len(rest) < size - HEADER_LENGTH:
             raise TruncatedError(
@@ -58,6 +77,13 @@ def iter_raw_events(
             )
         yield RawEvent(pos, head + rest)
         pos += size
+
+
+def _size_of(stream: BinaryIO) -> int | None:
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (OSError, AttributeError, ValueError):  # not a file (io.BytesIO has no fileno)
+        return None
 
 
 def iter_file_events(

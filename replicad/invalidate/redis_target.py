@@ -68,9 +68,14 @@ def redis_client(config: RedisConfig) -> Any:
                             "socket_timeout": config.timeout_s,
                             "socket_connect_timeout": config.timeout_s}, **common)  # fmt: skip
         return sentinel.master_for(config.sentinel.master)
-    if config.cluster:
-        return RedisCluster.from_url(config.url, **common)
-    return redis.Redis.from_url(config.url, **common)
+    try:
+        if config.cluster:
+            return RedisCluster.from_url(config.url, **common)
+        return redis.Redis.from_url(config.url, **common)
+    except ValueError as exc:  # redis-py's URL parser: a scheme or port it cannot read
+        raise ConfigError(
+            f"not a Redis URL: {exc}", key="invalidate.redis.url", value=_safe(config.url)
+        ) from None
 
 
 def check(client: Any, config: RedisConfig) -> None:

@@ -38,6 +38,7 @@ from replicad.invalidate.redis_target import (
     replicas_to_wait_for,
 )
 from replicad.invalidate.rules import Plan, RuleSet
+from replicad.log_limit import EveryInterval
 from replicad.sinks.kafka_admin import shared_settings
 from replicad.sinks.kafka_clients import kafka_client
 
@@ -45,6 +46,9 @@ log = structlog.get_logger("replicad.invalidate")
 _NOT_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 PROGRESS_LOG_S = 10.0
 REDIS_PROBE_S = 2.0
+# Kafka away: `kafka_unavailable` at once, then at most once per this many seconds (with the
+# count of errors in between); librdkafka's own lines are held back likewise (service/logging).
+KAFKA_ERROR_LOG_S = 30.0
 
 
 class MessageError(ReplicadError):
@@ -113,7 +117,9 @@ class Invalidator:
             "topic.metadata.refresh.interval.ms": 5000,  # new tables' topics found soon
             **shared_settings(kafka),
             **settings.consumer,
+            "error_cb": self._on_kafka_error,
         }
+        self._kafka_errors = EveryInterval(KAFKA_ERROR_LOG_S)
         self.redis = redis_client(settings.redis)
         self.replicas = replicas_to_wait_for(settings.redis)
         # WAIT gives up well before the socket's timeout would end the connection.
@@ -157,6 +163,15 @@ class Invalidator:
         finally:
             consumer.close()  # leaves the group: the partitions move on at once
             log.info("invalidate_stopped", **self._figures())
+
+    def _on_kafka_error(self, error: KafkaError) -> None:
+        """librdkafka's client-level errors (brokers down, transport, authentication), from
+        the consumer's poll: one `kafka_unavailable` line per interval, not one per attempt.
+        A fatal one is also raised by the next consume."""
+        allowed, repeated = self._kafka_errors.allow("kafka_unavailable")
+        if allowed:
+            more = {"repeated": repeated} if repeated else {}
+            log.warning("kafka_unavailable", error=error.str(), code=error.name(), **more)
 
     def _probe_redis(self) -> None:
         """While nothing is read, a PING at most every REDIS_PROBE_S: /readyz then says
@@ -376,6 +391,9 @@ def run_invalidator(config: Config) -> int:
             endpoints.start()
         invalidator.run()
         return EXIT_OK
+    except ConfigError as exc:  # one plain line, as when the file itself is refused
+        print(f"replicad invalidate: {exc}", file=sys.stderr)
+        return exit_code(exc)
     except ReplicadError as exc:
         log.error("invalidate_failed", error=str(exc))
         print(f"replicad invalidate: {exc}", file=sys.stderr)

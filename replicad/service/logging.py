@@ -10,9 +10,15 @@ import sys
 from typing import TYPE_CHECKING
 
 from replicad import lazy_logging
+from replicad.log_limit import EveryInterval
 
 if TYPE_CHECKING:
     import structlog
+
+# librdkafka repeats a line per connection attempt while a broker is away (~19 a second for a
+# consumer whose only broker is down): the first one, then one per interval with the count.
+LIBRDKAFKA_REPEAT_S = 30.0
+_librdkafka_lines = EveryInterval(LIBRDKAFKA_REPEAT_S)
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}  # fmt: skip
@@ -36,6 +42,7 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         renderer = structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
+            _limit_librdkafka_repeats,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -52,6 +59,23 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
     root.addHandler(_StructlogHandler())
     # Libraries' own records from WARNING up (kazoo's INFO is chatty), all of them at debug.
     root.setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+
+
+def _limit_librdkafka_repeats(
+    _logger: object, _method: str, event: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """A `librdkafka_log` line of a client and facility at most once per LIBRDKAFKA_REPEAT_S;
+    the next one says how many were dropped (`repeated`)."""
+    import structlog
+
+    if event.get("event") != "librdkafka_log":
+        return event
+    allowed, dropped = _librdkafka_lines.allow((event.get("client"), event.get("facility")))
+    if not allowed:
+        raise structlog.DropEvent
+    if dropped:
+        event["repeated"] = dropped
+    return event
 
 
 class _StructlogHandler(logging.Handler):

@@ -5,6 +5,7 @@ when it found a difference, 0 when every table it compared is equal."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 from typing import Any
@@ -17,6 +18,25 @@ from replicad.exit_codes import EXIT_CHECK_FAILED, EXIT_OK, EXIT_TEMPFAIL
 from replicad.service.exits import exit_code
 
 log = structlog.get_logger("replicad.spark")
+
+# The master URL forms Spark accepts (SparkContext.createTaskScheduler, SparkSubmit):
+# local, local[N], local[*], local[N,F], local[*,F], local-cluster[N,C,M], spark://h:p[,h:p],
+# yarn, k8s://..., mesos://... Checked before the JVM starts: a bad one cost a JVM start, a
+# Java and a Python stack trace and a restart loop (issue 36).
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn"
+    r"|spark://[^\s/]+(:\d+)?(,[^\s/]+(:\d+)?)*|(k8s|mesos)://\S+"
+)
+
+
+def master_problem(master: str) -> str | None:
+    """Why `master` is not a Spark master URL (None: it has a form Spark accepts)."""
+    if _MASTER.fullmatch(master):
+        return None
+    return (
+        f"not a Spark master URL: {master!r} (local, local[N], local[*], local[N,F], "
+        "spark://HOST:PORT, yarn, k8s://..., mesos://...)"
+    )
 
 
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:

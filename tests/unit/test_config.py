@@ -52,7 +52,7 @@ def test_environment_overrides_nested_keys_with_yaml_scalars(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("text", "key", "fragment"),
     [
-        ("source:\n  prot: 1\n", "source.prot", "Extra inputs"),
+        ("source:\n  prot: 1\n", "source.prot", "unknown key `prot` (did you mean `port`?)"),
         ("source:\n  port: 99999\n", "source.port", "less than or equal"),
         ("source:\n  tls: {mode: verify-ca}\n", "source.tls", "needs tls.ca"),
         ("log: {level: loud}\n", "log.level", "'debug'"),
