@@ -772,6 +772,7 @@ ENV_NOT_OVERRIDES = frozenset(
         "REPLICAD_MASK_SALT",  # filters.columns.salt_env's default
         "REPLICAD_SOURCE_PASSWORD",  # config.example.yaml's source.password_env
         "REPLICAD_HA_ITERATIONS",
+        "REPLICAD_HA_MYSQL_ITERATIONS",
         "REPLICAD_HA_REPEAT",
         "REPLICAD_HA_REPORT",
         "REPLICAD_HA_STRICT_FAILOVER",
