@@ -65,12 +65,19 @@ class DaemonProcess:
         self.position_file = tmp / "position.json"
         self.config = tmp / "config.yaml"
         self.password = password
+        # A `coordination:` of the test's own (ZooKeeper) replaces the local position file:
+        # a YAML key given twice is refused.
+        own = any(line.startswith("coordination:") for line in extra_yaml.splitlines())
+        local_coordination = (
+            "" if own else f"coordination:\n  local: {{path: {self.position_file}}}\n"
+        )
         self.config.write_text(
             f"pipeline: {pipeline}\n"
             f"source:\n{_with_worker_server_id(source_yaml)}  password_env: {PASSWORD_ENV}\n"
             f"sinks:\n{sinks_yaml or f'  stdout: {{path: {self.out}}}'}\n"
-            f"coordination:\n  local: {{path: {self.position_file}}}\n"
-            f"log: {{format: json, level: {log_level}}}\n" + extra_yaml
+            + local_coordination
+            + f"log: {{format: json, level: {log_level}}}\n"
+            + extra_yaml
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
