@@ -51,6 +51,13 @@ class RowChange:
     # A JSON column's after value given only as diffs (PARTIAL_JSON) whose base document
     # the before image did not carry; the column is in `absent[1]` and not in `after`.
     json_diffs: dict[str, list[JsonDiff]] | None = None
+    # The transaction's commit time in microseconds where the binlog carries it (MySQL
+    # 8.0.1+: the GTID event's original_commit_timestamp), else None; `ts_ms` stays the
+    # event header's seconds, which every path (the compiled one too) writes.
+    commit_us: int | None = None
+    # source.ts_us as the envelope writes it; None: ts_ms * 1000. Set by the `debezium`
+    # value mode to the commit time (as Debezium's source.ts_us).
+    ts_us: int | None = None
 
 
 @dataclass(slots=True)
@@ -122,11 +129,13 @@ class EventRows:
     table: TableMapEvent | None = None
     thread: int | None = None
     query: str | None = None
+    commit_us: int | None = None  # RowChange.commit_us
 
     def changes(self) -> Iterator[RowChange]:
         return changes_of(
-            self.event, self.file, self.gtid, self.numbering, self.table, self.thread, self.query
-        )
+            self.event, self.file, self.gtid, self.numbering, self.table, self.thread,
+            self.query, self.commit_us,
+        )  # fmt: skip
 
 
 def iter_changes(
@@ -168,8 +177,9 @@ def iter_changes_by_event(
     for event in events:
         if isinstance(event, RowsEvent):
             yield EventRows(
-                event, current_file, gtid, numbering, None, statement.thread, statement.query
-            )
+                event, current_file, gtid, numbering, None, statement.thread, statement.query,
+                statement.commit_us,
+            )  # fmt: skip
             continue
         statement.see(event)
         if isinstance(event, (GtidEvent, MariaGtidEvent)):
@@ -187,19 +197,22 @@ def iter_changes_by_event(
 
 class StatementContext:
     """What the events before a ROWS event say about its rows: the writing session's thread
-    id (MySQL's BEGIN query; MariaDB logs no BEGIN for row transactions) and the statement
-    (ROWS_QUERY with binlog_rows_query_log_events, MariaDB's ANNOTATE_ROWS).
+    id (MySQL's BEGIN query; MariaDB logs no BEGIN for row transactions), the statement
+    (ROWS_QUERY with binlog_rows_query_log_events, MariaDB's ANNOTATE_ROWS) and the
+    transaction's commit time in microseconds (MySQL 8.0.1+'s GTID event; None on MariaDB,
+    whose GTID event has no such field).
 
     `keep_query` False ignores the statement (`envelope.include_query` off, the default, as
     Debezium's `include.query`): a client's multi-row INSERT is one statement of tens of KB,
     which every row's message would otherwise carry."""
 
-    __slots__ = ("keep_query", "query", "thread")
+    __slots__ = ("commit_us", "keep_query", "query", "thread")
 
     def __init__(self, *, keep_query: bool = True) -> None:
         self.keep_query = keep_query
         self.thread: int | None = None
         self.query: str | None = None
+        self.commit_us: int | None = None
 
     def see(self, event: Event) -> None:
         if isinstance(event, (RowsQueryEvent, AnnotateRowsEvent)):
@@ -210,8 +223,17 @@ class StatementContext:
                 self.thread, self.query = event.thread_id, None
             else:  # COMMIT, or DDL (which commits implicitly)
                 self.thread = self.query = None
-        elif isinstance(event, (XidEvent, GtidEvent, MariaGtidEvent)):
+                if event.query == "COMMIT":  # not a SAVEPOINT inside the transaction
+                    self.commit_us = None
+        elif isinstance(event, GtidEvent):
             self.thread = self.query = None
+            # The original commit (on the primary that ran the transaction; the same as the
+            # immediate one there), as Debezium takes it. 0 means the field is unknown.
+            self.commit_us = event.original_commit_ts_us or event.immediate_commit_ts_us or None
+        elif isinstance(event, MariaGtidEvent):
+            self.thread = self.query = self.commit_us = None
+        elif isinstance(event, XidEvent):
+            self.thread = self.query = self.commit_us = None
 
 
 def changes_of(
@@ -222,6 +244,7 @@ def changes_of(
     table: TableMapEvent | None = None,
     thread: int | None = None,
     query: str | None = None,
+    commit_us: int | None = None,
 ) -> Iterator[RowChange]:
     """The row changes of one ROWS event, with their source coordinates; `table` decodes them
     instead of the event's own TABLE_MAP (a copy named from the schema history). Where the
@@ -261,6 +284,7 @@ def changes_of(
                 schema,
                 thread,
                 query,
+                commit_us=commit_us,
             )
             for index, (before, after) in enumerate(pairs, start)
         ]

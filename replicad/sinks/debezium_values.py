@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -406,15 +407,94 @@ def _binary(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encoder:
 
 
 def _json(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encoder:
-    def as_json_text(value: Any) -> str:
-        # The documentation says only "the string representation"; this is the text MySQL
-        # prints (", " and ": "), as the connector's snapshot reads it. Its binlog reader
-        # writes the same document without the spaces. A JSON null document is the text
-        # "null", SQL NULL stays null. (A partial update without its base document never
-        # gets here: binlog/changes.py takes it out of the image into `json_diffs`.)
-        return jsonb.to_mysql_json_text(value)
+    # The documentation says only "the string representation". The connector's binlog
+    # reader writes the document compact (its JsonStringFormatter: `debezium_json_text`);
+    # its snapshot reads MySQL's own text (", " and ": ") over JDBC: `snapshot_encoder`
+    # gives a read that. A JSON null document is the text "null", SQL NULL stays null. (A
+    # partial update without its base document never gets here: binlog/changes.py takes it
+    # out of the image into `json_diffs`.)
+    return debezium_json_text
 
-    return as_json_text
+
+def snapshot_encoder(sql: SqlType, options: DebeziumOptions, *, nullable: bool) -> Encoder:
+    """As `value_encoder`, for a snapshot read (op "r"): the same except a MySQL JSON
+    column, which Debezium's snapshot reads as the text MySQL prints."""
+    if sql.data_type != "json":
+        return value_encoder(sql, options, nullable=nullable)
+    if not nullable:
+        return jsonb.to_mysql_json_text
+
+    def encoder(value: Any) -> Any:
+        return None if value is None else jsonb.to_mysql_json_text(value)
+
+    return encoder
+
+
+# JSON string escapes of the binlog client's JsonStringFormatter: '"' and '\\' by a
+# backslash, \b \t \n \f \r by name, the other C0 controls as \u00XX (upper-case hex),
+# everything from 0x20 up as is (DEL, U+2028 and non-ASCII too).
+_JSON_ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
+    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r",
+    ord('"'): '\\"', ord("\\"): "\\\\",
+}  # fmt: skip
+
+
+def _json_string(text: str) -> str:
+    return '"' + text.translate(_JSON_ESCAPES) + '"'
+
+
+def _json_double(value: float) -> str:
+    """Java's Double.toString where it has no exponent (1e-3 <= |x| < 1e7: the shortest
+    round-trip digits, at least one after the point), else BigDecimal(value).toPlainString:
+    the double's exact binary value in plain digits, as JsonStringFormatter writes it."""
+    if not math.isfinite(value):
+        return "0.0"  # MySQL stores no NaN or infinity in a JSON document
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    return format(Decimal(value), "f")
+
+
+def _json_temporal(value: jsonb.JsonTemporal) -> str:
+    """A DATE/TIME/DATETIME inside a document: the formatter's text, the fraction without
+    its trailing zeros and left out when zero (MySQL prints six digits)."""
+    text = str(value)
+    if "." in text:
+        whole, fraction = text.split(".")
+        fraction = fraction.rstrip("0")
+        text = whole + ("." + fraction if fraction else "")
+    return '"' + text + '"'
+
+
+def debezium_json_text(value: Any) -> str:
+    """A decoded JSON document as Debezium's binlog reader writes it (mysql-binlog-connector's
+    JsonStringFormatter): no spaces after ',' and ':', members in MySQL's stored order,
+    strings escaped as `_JSON_ESCAPES`, doubles per `_json_double`, DECIMAL in plain digits,
+    temporals per `_json_temporal`, other opaque values as their base64 in quotes."""
+    kind = type(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is dict:
+        return "{" + ",".join(_json_string(k) + ":" + debezium_json_text(v)
+                              for k, v in value.items()) + "}"  # fmt: skip
+    if kind is list or kind is tuple:
+        return "[" + ",".join(debezium_json_text(v) for v in value) + "]"
+    if value is None or value is jsonb.JSON_NULL:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return _json_double(value)
+    if kind is Decimal:
+        return format(value, "f")
+    if kind is jsonb.JsonTemporal:
+        return _json_temporal(value)
+    if kind is jsonb.JsonOpaque:
+        return '"' + _base64(value.data) + '"'
+    if isinstance(value, str):
+        return _json_string(str(value))
+    raise DebeziumEncodingError(f"not a decoded JSON value: {kind.__name__}")
 
 
 def _geometry(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encoder:
@@ -490,8 +570,10 @@ class _Schema:
 _INT_TYPES = {
     # (data type, unsigned) -> Connect type. The documentation lists TINYINT UNSIGNED as
     # INT16; the others widen the same way in the connector (each unsigned type takes the
-    # next wider Connect type; MEDIUMINT UNSIGNED already fits INT32).
-    ("tinyint", False): "int8",
+    # next wider Connect type; MEDIUMINT UNSIGNED already fits INT32). A signed TINYINT,
+    # TINYINT(1) too, is INT16 as well: the connector maps it through JDBC's SMALLINT
+    # (measured against Debezium 3.5/3.6, tests/integration/test_debezium_contract.py).
+    ("tinyint", False): "int16",
     ("tinyint", True): "int16",
     ("smallint", False): "int16",
     ("smallint", True): "int32",

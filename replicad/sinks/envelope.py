@@ -93,15 +93,28 @@ def row_messages(change: RowChange) -> tuple[tuple[str, Row, Row], ...]:
     return ((change.op, change.before, change.after),)
 
 
+def source_ts_us(change: RowChange | TableChange) -> int:
+    """source.ts_us: the commit time in microseconds where the value mode set it (`debezium`
+    on MySQL: the GTID event's), else ts_ms's milliseconds as microseconds."""
+    ts_us = change.ts_us if isinstance(change, RowChange) else None
+    return change.ts_ms * 1000 if ts_us is None else ts_us
+
+
 def _source(change: RowChange | TableChange, name: str, row: int) -> dict[str, Any]:
     schema = change.schema if isinstance(change, RowChange) else None
+    ts_us = source_ts_us(change)
+    # Debezium 3's fields are all here, in its order: ts_us and ts_ns (the commit time
+    # finer than ts_ms) and sequence (always null in its binlog connectors).
     return {
         "version": __version__,
         "connector": "replicad",
         "name": name,
         "ts_ms": change.ts_ms,
+        "ts_us": ts_us,
+        "ts_ns": ts_us * 1000,
         "snapshot": change.snapshot if isinstance(change, RowChange) else "false",
         "db": change.db,
+        "sequence": None,
         "table": change.table,
         "server_id": change.server_id,
         "gtid": change.gtid,
@@ -134,6 +147,8 @@ def change_envelope(
         "source": _source(change, name, change.row),
         "op": op,
         "ts_ms": ts_ms,
+        "ts_us": ts_ms * 1000,
+        "ts_ns": ts_ms * 1_000_000,
         "transaction": transaction,
         **image_notes(change, before, after),
     }
@@ -180,6 +195,8 @@ def truncate_envelope(change: TableChange, name: str, ts_ms: int) -> dict:
         "source": _source(change, name, 0),
         "op": "t",
         "ts_ms": ts_ms,
+        "ts_us": ts_ms * 1000,
+        "ts_ns": ts_ms * 1_000_000,
         "transaction": None,
     }
 
@@ -300,12 +317,16 @@ class EnvelopeWriter:
             notes = _notes_json(image_notes(change, before, after))
         if json_columns:
             before, after = _row(before, json_columns), _row(after, json_columns)
-        body = b'{"before":%b,"after":%b%b%d%b%b,"file":%b,"pos":%b,"row":%d,"thread":%b,' \
-            b'"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,"transaction":%b%b}' % (
+        ts_us = change.ts_ms * 1000 if change.ts_us is None else change.ts_us
+        body = b'{"before":%b,"after":%b%b%d,"ts_us":%d,"ts_ns":%d%b%b,"file":%b,"pos":%b,' \
+            b'"row":%d,"thread":%b,"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,' \
+            b'"ts_us":%d,"ts_ns":%d,"transaction":%b%b}' % (
             _dumps_row(before),
             _dumps_row(after),
             parts[0],
             change.ts_ms,
+            ts_us,
+            ts_us * 1000,
             parts[1],
             self._gtid[1],
             self._text[1],
@@ -316,6 +337,8 @@ class EnvelopeWriter:
             self._version[1],
             op.encode(),
             ts_ms,
+            ts_ms * 1000,
+            ts_ms * 1_000_000,
             b"null" if transaction is None else dumps(transaction),
             notes,
         )  # fmt: skip
@@ -332,9 +355,12 @@ class EnvelopeWriter:
         if parts is None:
             parts = self._table_parts(change)
         schema = change.schema
-        head = b'%b%d%b%b,"file":%b,"pos":%b,"row":' % (
+        ts_us = change.ts_ms * 1000 if change.ts_us is None else change.ts_us
+        head = b'%b%d,"ts_us":%d,"ts_ns":%d%b%b,"file":%b,"pos":%b,"row":' % (
             parts[0],
             change.ts_ms,
+            ts_us,
+            ts_us * 1000,
             parts[1],
             orjson.dumps(change.gtid),
             orjson.dumps(change.file),
@@ -345,7 +371,11 @@ class EnvelopeWriter:
             orjson.dumps(change.query),
             orjson.dumps(None if schema is None else schema.version),
         )
-        end = b'","ts_ms":%d,"transaction":null' % ts_ms
+        end = b'","ts_ms":%d,"ts_us":%d,"ts_ns":%d,"transaction":null' % (
+            ts_ms,
+            ts_ms * 1000,
+            ts_ms * 1_000_000,
+        )
         # The images' notes are the event's (its bitmaps): the compiled path takes no event
         # whose rows differ in them (JSON nulls, JSON diffs).
         images: dict[str, tuple[Row, Row]] = {"c": (None, {}), "u": ({}, {}), "d": ({}, None)}
@@ -367,7 +397,7 @@ class EnvelopeWriter:
             orjson.dumps(__version__),
             self._name,
         )
-        middle = b',"snapshot":%b,"db":%b,"table":%b,"server_id":%d,"gtid":' % (
+        middle = b',"snapshot":%b,"db":%b,"sequence":null,"table":%b,"server_id":%d,"gtid":' % (
             orjson.dumps(change.snapshot),
             orjson.dumps(change.db),
             orjson.dumps(change.table),

@@ -17,7 +17,12 @@ import orjson
 from replicad.binlog.changes import RowChange
 from replicad.binlog.column_types import TableDescription
 from replicad.config import EnvelopeConfig
-from replicad.sinks.debezium_values import DebeziumOptions, connect_field, value_encoder
+from replicad.sinks.debezium_values import (
+    DebeziumOptions,
+    connect_field,
+    snapshot_encoder,
+    value_encoder,
+)
 
 Encoders = dict[str, Callable[[Any], Any]]
 
@@ -40,32 +45,44 @@ class ValueMode:
         self.connect = (
             ConnectSchemas(self.options) if config.schemas_enable and self.options else None
         )
-        self._encoders: dict[tuple[str, str, str], Encoders] = {}
-        self._last: tuple[TableDescription | None, Encoders] = (None, {})
+        self._encoders: dict[tuple[str, str, str, bool], Encoders] = {}
+        self._last: tuple[TableDescription | None, bool, Encoders] = (None, False, {})
 
     def convert(self, change: RowChange) -> RowChange:
-        """The change with its images in this mode's values (the change itself in `exact`)."""
+        """The change with its images in this mode's values (the change itself in `exact`).
+        `debezium` also takes Debezium's source.ts_ms and ts_us from the transaction's commit
+        time in microseconds where the binlog has it (MySQL 8.0.1+), not the event header's
+        seconds."""
         schema = change.schema
         if self.options is None or schema is None:
             return change
-        encoders = self._last[1] if schema is self._last[0] else self._encoders_of(schema)
+        read = change.op == "r"
+        last = self._last
+        encoders = last[2] if schema is last[0] and read is last[1] else self._encoders_of(
+            schema, read
+        )  # fmt: skip
+        commit_us = change.commit_us
         return dataclasses.replace(
             change,
             before=_encode(change.before, encoders),
             after=_encode(change.after, encoders),
             json_columns=frozenset(),  # JSON documents are text now
+            ts_ms=change.ts_ms if commit_us is None else commit_us // 1000,
+            ts_us=commit_us,
         )
 
-    def _encoders_of(self, schema: TableDescription) -> Encoders:
-        key = (schema.db, schema.table, schema.version)
+    def _encoders_of(self, schema: TableDescription, read: bool) -> Encoders:
+        """The column encoders of a table version; `read`: a snapshot read's (Debezium's
+        snapshot reads MySQL JSON as MySQL prints it, its binlog reader compact)."""
+        key = (schema.db, schema.table, schema.version, read)
         encoders = self._encoders.get(key)
         if encoders is None:
             assert self.options is not None
+            encoder = snapshot_encoder if read else value_encoder
             encoders = self._encoders[key] = {
-                c.name: value_encoder(c.type, self.options, nullable=c.nullable)
-                for c in schema.columns
+                c.name: encoder(c.type, self.options, nullable=c.nullable) for c in schema.columns
             }
-        self._last = (schema, encoders)
+        self._last = (schema, read, encoders)
         return encoders
 
 
@@ -77,10 +94,11 @@ def _encode(row: dict[str, Any] | None, encoders: Encoders) -> dict[str, Any] | 
     }
 
 
-# Debezium's MySQL `source` block schema, with replicad's fields after its own.
+# Debezium 3's MySQL `source` block schema, with replicad's fields after its own.
 _SOURCE_FIELDS = [
     ("version", "string", False), ("connector", "string", False), ("name", "string", False),
-    ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
+    ("ts_ms", "int64", False), ("ts_us", "int64", True), ("ts_ns", "int64", True),
+    ("snapshot", "string", True), ("db", "string", False), ("sequence", "string", True),
     ("table", "string", True), ("server_id", "int64", False), ("gtid", "string", True),
     ("file", "string", True), ("pos", "int64", True), ("row", "int32", False),
     ("thread", "int64", True), ("query", "string", True), ("schema_version", "string", True),
@@ -160,6 +178,8 @@ class ConnectSchemas:
                 source,
                 {"type": "string", "optional": False, "field": "op"},
                 {"type": "int64", "optional": True, "field": "ts_ms"},
+                {"type": "int64", "optional": True, "field": "ts_us"},
+                {"type": "int64", "optional": True, "field": "ts_ns"},
                 _TRANSACTION,
             ],
             "optional": False,

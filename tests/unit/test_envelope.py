@@ -87,13 +87,17 @@ def test_source_block() -> None:
     out = _change({"id": 1})
     source = out["source"]
     assert source.pop("version")  # the package's
-    # Debezium's MySQL source fields (name, snapshot, thread, query), then replicad's.
+    # Debezium 3's MySQL source fields (name, snapshot, ts_us, ts_ns, sequence, thread,
+    # query), then replicad's. Without a commit time in microseconds ts_us is ts_ms's.
     assert source == {
         "connector": "replicad",
         "name": "pipe",
         "ts_ms": 1000,
+        "ts_us": 1_000_000,
+        "ts_ns": 1_000_000_000,
         "snapshot": "false",
         "db": "db",
+        "sequence": None,
         "table": "t",
         "server_id": 1,
         "gtid": "0-1-5",
@@ -105,6 +109,7 @@ def test_source_block() -> None:
         "schema_version": None,
     }
     assert out["op"] == "c" and out["before"] is None and out["transaction"] is None
+    assert out["ts_us"] == out["ts_ms"] * 1000 and out["ts_ns"] == out["ts_ms"] * 1_000_000
 
 
 def _update(before: dict, after: dict, pk: tuple[str, ...]) -> RowChange:

@@ -49,10 +49,32 @@ def test_debezium_mode_converts_each_column() -> None:
     c = change({"id": 1, "total": Decimal("1.50"), "day": dt.date(2020, 1, 2), "doc": [1]})
     after = mode.convert(c).after
     # unscaled 150 = 0x96: two's complement needs a leading 0x00 -> b"\x00\x96" -> "AJY="
-    # 2020-01-02 is 18263 days after 1970-01-01; JSON is its MySQL text
+    # 2020-01-02 is 18263 days after 1970-01-01; JSON is its compact text
     assert after == {"id": 1, "total": "AJY=", "day": 18263, "doc": "[1]"}
     line = orjson.loads(EnvelopeLines("p").row(mode.convert(c)))
     assert line["after"] == after
+
+
+def test_debezium_mode_takes_the_commit_time_in_microseconds() -> None:
+    # MySQL's GTID event: commit at 1795845569.490296 s; the event header says 1795845569.
+    c = change({"id": 1})
+    c.ts_ms, c.commit_us = 1_795_845_569_000, 1_795_845_569_490_296
+    source = orjson.loads(EnvelopeLines("p").row(ValueMode(EnvelopeConfig(values="debezium"))
+                                                 .convert(c)))["source"]  # fmt: skip
+    assert (source["ts_ms"], source["ts_us"], source["ts_ns"]) == (
+        1_795_845_569_490, 1_795_845_569_490_296, 1_795_845_569_490_296_000)  # fmt: skip
+    # exact mode keeps the header's seconds (the compiled path's, which has no GTID event)
+    exact = orjson.loads(EnvelopeLines("p").row(ValueMode(EnvelopeConfig()).convert(c)))
+    assert (exact["source"]["ts_ms"], exact["source"]["ts_us"]) == (
+        1_795_845_569_000, 1_795_845_569_000_000)  # fmt: skip
+
+
+def test_snapshot_read_json_is_mysqls_text() -> None:
+    mode = ValueMode(EnvelopeConfig(values="debezium"))
+    c = change({"id": 1, "doc": {"a": [1, 2]}})
+    assert mode.convert(c).after["doc"] == '{"a":[1,2]}'
+    c.op = "r"
+    assert mode.convert(c).after["doc"] == '{"a": [1, 2]}'
 
 
 def test_decimal_string_mode() -> None:
