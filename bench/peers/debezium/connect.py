@@ -86,6 +86,10 @@ class DebeziumOptions:
     snapshot_mode: str = "initial"
     heap: str = "512m"
     extra: dict[str, str] = field(default_factory=dict)
+    # Further worker properties, over the defaults below: e.g. the producer Connect gives the
+    # connector (`producer.linger.ms`, `producer.compression.type`), as a tuned deployment
+    # sets them. Empty: the worker as before.
+    worker_extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -135,7 +139,7 @@ class DebeziumOptions:
             # Only this server's connector: scanning a plugin costs ~1-2 s of start-up.
             "plugin.path": str(dist / "plugins" / self.server),
             "plugin.discovery": "only_scan",
-        }
+        } | self.worker_extra
 
 
 def fetch(env: dict[str, str] | None = None) -> Path:
