@@ -895,8 +895,11 @@ def run(args: argparse.Namespace) -> int:
             failed = failed or "error" in run_result
     finally:
         if not args.keep:
-            drop_database(database)
             shutil.rmtree(workdir, ignore_errors=True)
+            try:
+                drop_database(database)
+            except Exception as exc:  # the server may be what failed: say so, keep the cause
+                print(f"!!! could not drop {database}: {exc}", flush=True)
     results["load_at_end"] = loadavg()
     text, records = table(results["runs"], args.rates)
     results["table"] = records
