@@ -1,7 +1,7 @@
 """Debezium in Kafka Connect standalone, beside replicad: the same primary, the same broker.
 
 `DebeziumConnect(options, workdir)` writes a worker and a connector config into `workdir`,
-starts `org.apache.kafka.connect.cli.ConnectStandalone` (Kafka Connect 4.4 with Debezium's
+starts `org.apache.kafka.connect.cli.ConnectStandalone` (Kafka Connect 4.3 with Debezium's
 MariaDB or MySQL connector on its plugin.path, both fetched from Maven Central by
 `fetch.sh`), waits until the connector's task is RUNNING (Connect's REST API) and its initial
 snapshot is done and streaming has begun (Debezium's log), and stops the JVM it started (its
