@@ -69,6 +69,8 @@ class ValueMode:
             json_columns=frozenset(),  # JSON documents are text now
             ts_ms=change.ts_ms if commit_us is None else commit_us // 1000,
             ts_us=commit_us,
+            # Debezium's snapshot reads have server_id 0 (no binlog event names a server).
+            server_id=0 if read else change.server_id,
         )
 
     def _encoders_of(self, schema: TableDescription, read: bool) -> Encoders:
@@ -124,9 +126,16 @@ class ConnectSchemas:
         self.options = options
         self._values: dict[tuple[str, str, str | None], bytes] = {}
         self._keys: dict[tuple[str, str, str | None, tuple[str, ...]], bytes] = {}
+        # The last row schema of each table: a TRUNCATE (which names none) gets its row
+        # fields, as Debezium's op "t" message has its table's envelope schema.
+        self._latest: dict[tuple[str, str], TableDescription] = {}
 
     def wrap_value(self, body: bytes, db: str, table: str, name: str,
                    schema: TableDescription | None) -> bytes:  # fmt: skip
+        if schema is None:
+            schema = self._latest.get((db, table))
+        else:
+            self._latest[db, table] = schema
         key = (db, table, None if schema is None else schema.version)
         rendered = self._values.get(key)
         if rendered is None:

@@ -683,3 +683,14 @@ def test_vector_field() -> None:
         ("version", 1),
         ("field", "c"),
     ]
+
+
+def test_json_snapshot_read_keeps_the_servers_text() -> None:
+    # The snapshot reader holds MySQL's printed text as an orjson.Fragment (it failed with
+    # TypeError before: "not a decoded JSON value: Fragment").
+    from replicad.sinks.debezium_values import snapshot_encoder
+
+    text = b'{"a": [1, 2.5, null], "b": "\xc3\xbc"}'
+    for nullable in (True, False):
+        encode = snapshot_encoder(SqlType("json"), DEFAULTS, nullable=nullable)
+        assert encode(orjson.Fragment(text)) == text.decode()

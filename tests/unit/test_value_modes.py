@@ -105,3 +105,40 @@ def test_bad_debezium_options_are_config_errors() -> None:
         ValueMode(EnvelopeConfig(values="debezium", decimal_handling_mode="exactish"))
     with pytest.raises(ValueError):
         EnvelopeConfig(values="exact", schemas_enable=True)
+
+
+def test_snapshot_read_as_debeziums_snapshot_writes_it() -> None:
+    # Debezium 3.5/3.6's snapshot reads (test_debezium_contract): server_id 0, and a
+    # TIMESTAMP(6)'s fraction with only the digits needed (07.5Z; its binlog reader: 07.500000Z).
+    table = TableDescription("shop", "orders", (
+        ColumnDescription("id", SqlType("int"), False),
+        ColumnDescription("at", SqlType("timestamp", fsp=6), True),
+    ), ("id",), "v2")  # fmt: skip
+    at = dt.datetime(2038, 1, 19, 3, 14, 7, 500000, tzinfo=dt.UTC)
+    c = RowChange("r", "shop", "orders", None, {"id": 1, "at": at}, "bin.000001", 4, 0, None,
+                  7, 0, ("id",), frozenset(), table)  # fmt: skip
+    mode = ValueMode(EnvelopeConfig(values="debezium"))
+    read = mode.convert(c)
+    assert (read.server_id, read.after) == (0, {"id": 1, "at": "2038-01-19T03:14:07.5Z"})
+    c.op = "c"
+    change = mode.convert(c)
+    assert (change.server_id, change.after["at"]) == (7, "2038-01-19T03:14:07.500000Z")
+
+
+def test_truncate_schema_has_the_tables_last_row_fields() -> None:
+    # Debezium's op "t" message carries its table's envelope schema, row fields included.
+    from replicad.binlog.changes import TableChange
+
+    mode = ValueMode(EnvelopeConfig(values="debezium", schemas_enable=True))
+    lines = EnvelopeLines("p", mode.connect)
+    truncate = TableChange("truncate", "shop", "orders", "TRUNCATE orders", None, None,
+                           "bin.000001", 9, None, 1, 0)  # fmt: skip
+
+    def row_fields(message: bytes) -> list[str]:
+        schema = orjson.loads(message)["schema"]
+        after = next(f for f in schema["fields"] if f["field"] == "after")
+        return [f["field"] for f in after["fields"]]
+
+    assert row_fields(lines.table(truncate)) == []  # no row of the table seen yet
+    lines.row(mode.convert(change({"id": 1, "total": None, "day": None, "doc": None})))
+    assert row_fields(lines.table(truncate)) == ["id", "total", "day", "doc"]
