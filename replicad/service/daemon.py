@@ -573,6 +573,7 @@ class Pipeline:
                         table,
                         statement.thread,
                         statement.query,
+                        statement.commit_us,
                     )
                     if (
                         event_sink is not None

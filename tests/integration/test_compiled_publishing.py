@@ -5,8 +5,8 @@ The same binlog range - every column type of tests/helpers/all_types.py with ran
 updates, primary-key changes, deletes, a table without a primary key (`key_without_pk:
 table`) - is published twice by `replicad run`, into Kafka and into the JSON-lines sink:
 once with the accelerator, once with REPLICAD_PURE_PYTHON=1. Every message must be
-byte-identical (key, value, headers), except the envelope's top-level `ts_ms`, the time of
-publishing. `/metrics` shows which path each run took, so the test cannot pass with both
+byte-identical (key, value, headers), except the envelope's top-level `ts_ms`, `ts_us` and
+`ts_ns`, the time of publishing. `/metrics` shows which path each run took, so the test cannot pass with both
 runs on the same path.
 """
 
@@ -28,7 +28,7 @@ from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 
 pytestmark = pytest.mark.integration
 
-_TS_MS = re.compile(rb',"ts_ms":\d+,"transaction":null}$')
+_TS_MS = re.compile(rb',"ts_ms":\d+,"ts_us":\d+,"ts_ns":\d+,"transaction":null}$')
 
 
 def _comparable(record: Record) -> tuple[object, ...]:

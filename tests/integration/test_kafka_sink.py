@@ -91,7 +91,9 @@ def test_random_workload_folds_to_the_tables(shop, kafka, tmp_path) -> None:
     # The value is the Debezium-style envelope; a PK change is a delete + tombstone + create.
     some = next(r for r in records if r.value is not None)
     envelope = orjson.loads(some.value)
-    assert set(envelope) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+    assert set(envelope) == {
+        "before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"
+    }  # fmt: skip
     assert {
         "db",
         "table",

@@ -51,7 +51,8 @@ def comparable(changes: list[dict[str, Any]], db: str) -> list[tuple[Any, ...]]:
             continue
         source = dict(change["source"])
         source.pop("read_ms", None)
-        out.append(json.dumps({**change, "source": source, "ts_ms": None}, sort_keys=True))
+        published = {"ts_ms": None, "ts_us": None, "ts_ns": None}  # when it was published
+        out.append(json.dumps({**change, "source": source, **published}, sort_keys=True))
     return out
 
 
