@@ -6,8 +6,8 @@ updates, primary-key changes, deletes, a table without a primary key (`key_witho
 table`) - is published twice by `replicad run`, into Kafka and into the JSON-lines sink:
 once with the accelerator, once with REPLICAD_PURE_PYTHON=1. Every message must be
 byte-identical (key, value, headers), except the envelope's top-level `ts_ms`, `ts_us` and
-`ts_ns`, the time of publishing. `/metrics` shows which path each run took, so the test cannot pass with both
-runs on the same path.
+`ts_ns`, the time of publishing. `/metrics` shows which path each run took, so the test
+cannot pass with both runs on the same path.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ the table's topic is read back message by message, in binlog order:
   `_exact`, which never calls replicad; the JSON-null note where the document is `null`;
 - both modes: each message (key, op, images, notes, `source`) equals the envelope that the
   reference row path (`EnvelopeLines`, after `ValueMode.convert` in `debezium` mode) renders
-  for the decoded change, except the top-level `ts_ms`/`ts_us`/`ts_ns` (the time of publishing); each delete
-  is followed by its tombstone. With the compiled decoder the `exact` daemon takes the
-  compiled publishing path (`sinks/event_envelope.py`, checked on /metrics), so this also
-  holds it to the reference;
+  for the decoded change, except the top-level `ts_ms`/`ts_us`/`ts_ns` (the time of
+  publishing); each delete is followed by its tombstone. With the compiled decoder the
+  `exact` daemon takes the compiled publishing path (`sinks/event_envelope.py`, checked on
+  /metrics), so this also holds it to the reference;
 - `debezium`: a handful of columns straight against SELECT in Debezium's documented
   encodings (DATE days, DATETIME(6) and TIME microseconds, BIT(1) boolean, BIT(n)
   little-endian bytes, DECIMAL unscaled two's-complement bytes, BIGINT UNSIGNED wrapped to a
