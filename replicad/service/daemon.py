@@ -55,6 +55,7 @@ from replicad.snapshot.incremental import (
     IncrementalSnapshots,
     SnapshotRequest,
     SnapshotRequestError,
+    initial_request,
 )
 from replicad.snapshot.reader import ReadView, TablePlan, TableProgress
 from replicad.snapshot.watermarks import ChunkReader
@@ -177,6 +178,9 @@ class Pipeline:
         self._chunk_reader: ChunkReader | None = None
         self._chunk_task: asyncio.Task[None] | None = None
         self._plans: dict[str, TablePlan] = {}
+        # The initial snapshot's first table when read with watermarks (its first read is
+        # "first"); not kept across a restart, which resumes after that read went out.
+        self._first_initial: str | None = None
         # Counters, lag and acknowledgements for the metrics and /readyz (service/progress.py):
         # plain integers, so that no prometheus-client call sits on the per-row path.
         self.progress = self.telemetry.progress(config)
@@ -328,9 +332,10 @@ class Pipeline:
             plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
             chunk_rows = self.config.snapshot.chunk_rows
             for plan in plans:
-                request = SnapshotRequest(f"initial-{plan.name}", plan.name, None, chunk_rows)
+                request = initial_request(plan.name, chunk_rows)
                 if plan is plans[0]:
                     await reader.check(request)
+                    self._first_initial = request.id
                 self.snapshots.add(request)
         except SnapshotRequestError as exc:
             raise SnapshotError(f"the initial snapshot cannot run: {exc}") from None
@@ -362,8 +367,10 @@ class Pipeline:
             ):
                 progress.started = time.monotonic()
                 log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
-                # The last row read is held back: "last" if no more follow.
+                # The last row read is held back: marked the table's last if no more follow.
                 held: RowChange | None = None
+                sent = 0
+                marks = {"first_table": index == 0, "last_table": index == len(view.plans) - 1}
                 rest = [p.name for p in view.plans[index:]]
                 async for rows in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
                     changes = snapshot_reader.reads(
@@ -372,10 +379,13 @@ class Pipeline:
                     )  # fmt: skip
                     progress.rows += len(rows)
                     progress.chunks += 1
+                    batch = ([] if held is None else [held]) + changes[:-1]
+                    snapshot_reader.mark_initial(
+                        batch, **marks, starts_table=sent == 0, ends_table=False
+                    )
+                    sent += len(batch)
                     async with self._gate:
-                        if held is not None:
-                            await self._publish_read(held)
-                        for change in changes[:-1]:
+                        for change in batch:
                             await self._publish_read(change)
                         published = changes[-2].after if len(changes) > 1 else (
                             None if held is None else held.after
@@ -392,7 +402,9 @@ class Pipeline:
                         log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
                         return False
                 if held is not None:
-                    held.snapshot = "last"
+                    snapshot_reader.mark_initial(
+                        [held], **marks, starts_table=sent == 0, ends_table=True
+                    )
                 async with self._gate:
                     if held is not None:
                         await self._publish_read(held)
@@ -672,18 +684,25 @@ class Pipeline:
                 self.snapshots.active.request.id
             )  # fmt: skip
             first_row = 0 if self.snapshots.active is None else self.snapshots.active.rows
+            request = None if self.snapshots.active is None else self.snapshots.active.request
             window = self.snapshots.window
             chunk_size = 0 if window is None or window.rows is None else len(window.rows)
             rows = self.snapshots.watermark(str(after.get("kind")), str(after.get("window_id")))
-            if rows is None or plan is None:
+            if rows is None or plan is None or request is None:
                 continue
             finished = self.snapshots.active is None
             reads = snapshot_reader.reads(
                 plan, rows, (change.file, change.pos), change.server_id,
-                int(time.time() * 1000), first_row,
+                int(time.time() * 1000), first_row, marker="incremental",
             )  # fmt: skip
-            if finished and reads:
-                reads[-1].snapshot = "last"
+            if request.initial:  # the initial snapshot's tables keep its marks
+                snapshot_reader.mark_initial(
+                    reads,
+                    first_table=request.id == self._first_initial,
+                    last_table=finished and not any(r.initial for r in self.snapshots.queue),
+                    starts_table=first_row == 0,
+                    ends_table=finished,
+                )
             for read in reads:
                 await self._publish_read(read)
             self._progress = self.snapshots.progress()

@@ -39,6 +39,9 @@ class SnapshotRequestError(ReplicadError):
     exit_code = EXIT_USAGE
 
 
+INITIAL_PREFIX = "initial-"
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRequest:
     id: str
@@ -51,6 +54,12 @@ class SnapshotRequest:
     def db_table(self) -> tuple[str, str]:
         db, _, table = self.table.partition(".")
         return db, table
+
+    @property
+    def initial(self) -> bool:
+        """A table of the initial snapshot (read with watermarks, or resumed after a
+        restart), not a request made while streaming."""
+        return self.id.startswith(INITIAL_PREFIX)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "table": self.table, "chunk_rows": self.chunk_rows,
@@ -71,6 +80,10 @@ class SnapshotRequest:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotRequestError(f"bad snapshot request: {exc}", value=data) from None
+
+
+def initial_request(table: str, chunk_rows: int) -> SnapshotRequest:
+    return SnapshotRequest(f"{INITIAL_PREFIX}{table}", table, None, chunk_rows)
 
 
 def new_request(table: str, where: str | None, chunk_rows: int) -> SnapshotRequest:
@@ -179,7 +192,7 @@ class IncrementalSnapshots:
         those not finished, the first of them read up to the key literals `after` (None: not
         started). A restart resumes there with watermarked chunks (the read view is gone)."""
         state = cls()
-        requests = [SnapshotRequest(f"initial-{t}", t, None, chunk_rows) for t in tables]
+        requests = [initial_request(t, chunk_rows) for t in tables]
         if requests and after is not None:
             state.active = Active(requests.pop(0), after, chunks, rows)
         state.queue = requests

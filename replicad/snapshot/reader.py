@@ -398,9 +398,45 @@ def range_after(key: Sequence[str], literals: Sequence[str]) -> str:
     return "(" + " OR ".join(terms) + ")"
 
 
+def initial_marker(
+    *, first_table: bool, last_table: bool, first_in_table: bool, last_in_table: bool
+) -> str:
+    """`source.snapshot` of an initial snapshot's read, as Debezium marks them (its
+    SnapshotRecord): "last" on the last table's last row, "first" on the first table's first,
+    "last_in_data_collection"/"first_in_data_collection" on the other tables' last and first
+    rows, "true" between. A consumer waiting for a table's (or the whole snapshot's) end
+    reads the same marks from either connector."""
+    if last_in_table and last_table:
+        return "last"
+    if first_in_table and first_table:
+        return "first"
+    if last_in_table:
+        return "last_in_data_collection"
+    if first_in_table:
+        return "first_in_data_collection"
+    return "true"
+
+
+def mark_initial(
+    reads: Sequence[RowChange], *, first_table: bool, last_table: bool, starts_table: bool,
+    ends_table: bool,
+) -> None:  # fmt: skip
+    """Mark consecutive reads of one table of the initial snapshot (`initial_marker`):
+    `starts_table`, the first of them is the table's first read; `ends_table`, the last is
+    its last."""
+    last = len(reads) - 1
+    for i, read in enumerate(reads):
+        read.snapshot = initial_marker(
+            first_table=first_table,
+            last_table=last_table,
+            first_in_table=starts_table and i == 0,
+            last_in_table=ends_table and i == last,
+        )
+
+
 def reads(
     plan: TablePlan, rows: list[dict[str, Any]], at: tuple[str | None, int | None],
-    server_id: int, ts_ms: int, first_row: int,
+    server_id: int, ts_ms: int, first_row: int, marker: str = "true",
 ) -> list[RowChange]:  # fmt: skip
     """Snapshot rows as op "r" changes at binlog coordinates `at` (the snapshot's position, or
     an incremental chunk's high watermark); `row` counts the table's rows, so
@@ -420,7 +456,7 @@ def reads(
             ts_ms,
             plan.primary_key,
             schema=plan.description,
-            snapshot="true",
+            snapshot=marker,
         )
         for i, row in enumerate(rows)
     ]

@@ -12,9 +12,9 @@ servers; every other mode both support once, `schemas.enable=false` on MariaDB
 the default runs a consumer written for Debezium (tests/helpers/debezium_consumer.py)
 rebuilds the table from replicad's topic equal to SELECT, before the TRUNCATE and after it.
 
-Any difference fails the test unless ALLOWED lists it (where, column or field) with the reason;
-an ALLOWED entry that no longer differs fails too, so that the list stays the exact set of
-known differences (later work fixes each or documents it in docs/consumers.md).
+Any difference fails the test unless ALLOWED lists it (where, column or field) with the reason
+(each is in docs/consumers.md, "Differences from Debezium"); an ALLOWED entry that no longer
+differs fails too, so that the list stays the exact set of known differences.
 
 Not serial: Debezium reads only this test's database, with `snapshot.locking.mode=none` (no
 FLUSH TABLES WITH READ LOCK on the shared server) and a per-worker server id."""
@@ -101,16 +101,6 @@ ROW_3 = (
     0, 0, 32767, 0,
 )  # fmt: skip
 
-# (where, column or field) -> why replicad differs from Debezium here. Each must still differ.
-_TINYINT = (
-    "replicad types a signed TINYINT (so TINYINT(1)/BOOLEAN too) as Connect int8 "
-    "(replicad/sinks/debezium_values.py _INT_TYPES); Debezium types every TINYINT int16. "
-    "Values equal; a schema-aware reader gets a Byte instead of a Short. To fix in the encoder."
-)
-_TS_FINE = (
-    "Debezium 2.6+ adds microsecond and nanosecond twins of ts_ms; replicad writes only "
-    "ts_ms. Not implemented yet."
-)
 # (where, column or field) -> why replicad differs from Debezium there. Each is listed in
 # docs/consumers.md, "Differences from Debezium", with its reason; each must still differ.
 _SEE = "docs/consumers.md, Differences from Debezium: "
@@ -118,14 +108,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("source", "schema_version"): _SEE + "replicad's own field, naming the schema-topic record.",
     ("source", "row"): _SEE + "a snapshot read's row is its index in the table's snapshot "
     "(Debezium: 0), so that (file, pos, row, op) names each message.",
-    ("source", "snapshot"): _SEE + 'the first read is "true" where Debezium writes '
-    '"first" (set by the daemon\'s snapshot loop, not by the value mode).',
     ("source", "thread"): _SEE + "a TRUNCATE carries the session id of its QUERY event.",
     ("source", "query"): _SEE + "a TRUNCATE always carries its statement.",
 }
 ALLOWED_MYSQL: dict[tuple[str, str], str] = {
-    ("source", "ts_ms"): _SEE + "MySQL commit time: the daemon does not yet hand the GTID "
-    "event's commit microseconds to its EventRows (header seconds x 1000 instead).",
+    ("source", "ts_ms"): _SEE + "a TRUNCATE's time is its QUERY event's header (seconds); "
+    "Debezium takes the GTID event's commit microseconds there too (rows match).",
     ("source", "ts_us"): "as (source, ts_ms)",
     ("source", "ts_ns"): "as (source, ts_ms)",
 }

@@ -30,6 +30,7 @@ from tests.helpers.kafka_run import (
     tables_state,
     wait_caught_up,
 )
+from tests.helpers.snapshot_marks import assert_initial_marks, snapshot_order
 
 pytestmark = pytest.mark.integration
 
@@ -83,12 +84,15 @@ def test_snapshot_reads_equal_the_binlog_path_value_for_value(db, kafka, tmp_pat
     wait_caught_up(streamed)
     wait_caught_up(snapshotted)
     assert streamed.stop() == 0 and snapshotted.stop() == 0
+    assert_initial_marks(
+        consume_all(kafka, [f"{snap_prefix}.{name}.{t}" for t in ("t", "l1")]),
+        snapshot_order(snapshotted),
+    )
     for table, count in (("t", 300), ("l1", 6)):
         reads = [r.json() for r in consume_all(kafka, [f"{snap_prefix}.{name}.{table}"])]
         inserts = [r.json() for r in consume_all(kafka, [f"{stream_prefix}.{name}.{table}"])]
         assert [m["op"] for m in reads] == ["r"] * count
         assert [m["op"] for m in inserts] == ["c"] * count
-        assert [m["source"]["snapshot"] for m in reads] == ["true"] * (count - 1) + ["last"]
         key = "id" if table == "t" else "k"
         by_key = {m["after"][key]: m for m in inserts}
         assert {m["after"][key] for m in reads} == set(by_key)
@@ -164,8 +168,7 @@ def test_initial_snapshot_under_writes_folds_to_the_tables(shop, kafka, tmp_path
         # the algorithm needs a key to drop the repeat; docs/snapshots.md says so.)
         assert audit_messages(records) == audit_rows(conn, db)
     assert duplicated(records) == []
-    lasts = [r for r in reads if orjson.loads(r.value)["source"]["snapshot"] == "last"]
-    assert sorted(r.topic.rsplit(".", 1)[1] for r in lasts) == ["accounts", "audit", "items"]
+    assert_initial_marks(reads, snapshot_order(replicad))
 
 
 def test_a_table_a_snapshot_cannot_read_stops_before_anything_is_emitted(
