@@ -69,8 +69,9 @@ class ValueMode:
             json_columns=frozenset(),  # JSON documents are text now
             ts_ms=change.ts_ms if commit_us is None else commit_us // 1000,
             ts_us=commit_us,
-            # Debezium's snapshot reads have server_id 0 (no binlog event names a server).
-            server_id=0 if read else change.server_id,
+            # Debezium's initial snapshot reads have server_id 0 (no binlog event names a
+            # server); its incremental ones, the stream's (they go out at a binlog position).
+            server_id=0 if read and change.snapshot != "incremental" else change.server_id,
         )
 
     def _encoders_of(self, schema: TableDescription, read: bool) -> Encoders:

@@ -11,6 +11,8 @@ servers; every other mode both support once, `schemas.enable=false` on MariaDB
 (string/connect/hex/precise) and with schemas on MySQL (double/connect/base64/precise). In
 the default runs a consumer written for Debezium (tests/helpers/debezium_consumer.py)
 rebuilds the table from replicad's topic equal to SELECT, before the TRUNCATE and after it.
+And an incremental snapshot requested while both stream (MariaDB; Debezium's execute-snapshot
+signal, `replicad snapshot request`), its reads compared the same way.
 
 Any difference fails the test unless ALLOWED lists it (where, column or field) with the reason
 (each is in docs/consumers.md, "Differences from Debezium"); an ALLOWED entry that no longer
@@ -385,3 +387,68 @@ def test_mysql_matches_debezium(
     _create_table(conn, name, run)
     theirs, ours = _side_by_side("mysql", conn, name, kafka, tmp_path, MYSQL_PORT, 7972, run)
     _check(compare_topics(theirs, ours, schemas=run.schemas), ALLOWED | ALLOWED_MYSQL)
+
+
+# An incremental snapshot requested while both stream: Debezium's through its signal table
+# (execute-snapshot), replicad's through `replicad snapshot request`; chunks of two rows. Each
+# read's time and binlog position are the connector's own (compare_topics checks presence).
+def test_incremental_snapshot_matches_debezium(debezium_dist, db, kafka, tmp_path) -> None:
+    from tests.integration.test_incremental_snapshot import _cli
+
+    conn, name = db
+    _create_table(conn, name, DEFAULT_RUN)
+    with conn.cursor() as cur:  # Debezium's signal table, in the layout its docs give
+        cur.execute(
+            f"CREATE TABLE `{name}`.debezium_signal (id VARCHAR(64) PRIMARY KEY, "
+            "type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)"
+        )
+    pipeline = f"dbz{uuid.uuid4().hex[:8]}"
+    replicad = KafkaReplicad(
+        tmp_path / "replicad",
+        server_id=7975,
+        prefix=f"r{pipeline}",
+        pipeline=pipeline,
+        kafka=kafka,
+        extra_yaml=DEFAULT_RUN.envelope_yaml()
+        + f"snapshot: {{mode: never, signal: {{database: {name}, table: replicad_signal}}}}\n",
+        db=name,
+        port=MARIADB_PORT,
+    )
+    options = DebeziumOptions(
+        server="mariadb",
+        database=name,
+        tables=("ct", "debezium_signal"),  # the signal table captured, as its docs say
+        topic_prefix=pipeline,
+        server_id=worker_server_id(7976),
+        kafka=kafka,
+        port=MARIADB_PORT,
+        schemas_enable=True,
+        snapshot_mode="no_data",
+        extra={
+            "snapshot.locking.mode": "none",
+            "include.query": "true",
+            "signal.data.collection": f"{name}.debezium_signal",
+            "incremental.snapshot.chunk.size": "2",
+        },
+    )
+    ours_topic, theirs_topic = f"r{pipeline}.{name}.ct", f"{pipeline}.{name}.ct"
+    replicad.start()
+    try:
+        with DebeziumConnect(options, tmp_path / "debezium"):
+            requested = _cli(replicad, "request", f"{name}.ct", "--chunk-rows", "2")
+            assert requested.returncode == 0, requested.stderr.decode()
+            with conn.cursor() as cur:
+                data = json.dumps({"data-collections": [f"{name}.ct"], "type": "incremental"})
+                cur.execute(
+                    f"INSERT INTO `{name}`.debezium_signal VALUES ('s1', 'execute-snapshot', %s)",
+                    (data,),
+                )
+            theirs = _read_until(kafka, theirs_topic, len(SNAPSHOT_ROWS))
+            ours = _read_until(kafka, ours_topic, len(SNAPSHOT_ROWS))
+    finally:
+        replicad.stop()
+    for records in (theirs, ours):
+        payloads = [json.loads(r.value or b"{}")["payload"] for r in records]
+        assert [(p["op"], p["source"]["snapshot"]) for p in payloads] == [("r", "incremental")] * 3
+    reads = {k: ALLOWED[k] for k in (("source", "schema_version"), ("source", "row"))}
+    _check(compare_topics(theirs, ours, schemas=True), reads)

@@ -120,7 +120,9 @@ def test_snapshot_read_as_debeziums_snapshot_writes_it() -> None:
     mode = ValueMode(EnvelopeConfig(values="debezium"))
     read = mode.convert(c)
     assert (read.server_id, read.after) == (0, {"id": 1, "at": "2038-01-19T03:14:07.5Z"})
-    c.op = "c"
+    c.snapshot = "incremental"  # read at a binlog position: its server (the contract's test)
+    assert mode.convert(c).server_id == 7
+    c.op, c.snapshot = "c", "false"
     change = mode.convert(c)
     assert (change.server_id, change.after["at"]) == (7, "2038-01-19T03:14:07.500000Z")
 
