@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import replicad
+from replicad.dump_view import DumpHistory, dump_input
 from replicad.errors import (
     ConfigError,
     RelayError,
@@ -29,7 +30,6 @@ from replicad.exit_codes import (
     EXIT_USAGE,
 )
 from replicad.relay.decode import input_kind
-from replicad.service.dump_view import DumpHistory, dump_input
 from replicad.service.logging import configure_logging, configure_logging_on_first_use
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
     from replicad.config import load_config
-    from replicad.service.exits import exit_code
+    from replicad.published.exits import exit_code
     from replicad.service.worker import run_worker
 
     if sys.stderr is None:  # started with `2>&-`: nowhere to say anything, and a daemon
@@ -511,7 +511,7 @@ def _zookeeper(config: Config) -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from replicad.config import load_config
-    from replicad.service.exits import exit_code
+    from replicad.published.exits import exit_code
     from replicad.service.status_view import local_pipeline_status, render_status
 
     try:
@@ -537,8 +537,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from replicad.config import load_config
+    from replicad.published.exits import exit_code
     from replicad.service import snapshot_requests as snapshots
-    from replicad.service.exits import exit_code
 
     try:
         config = load_config(args.config)
@@ -619,7 +619,7 @@ def cmd_position(args: argparse.Namespace) -> int:
 
     from replicad.config import load_config
     from replicad.coordination.local import LocalPositionStore
-    from replicad.service.exits import exit_code
+    from replicad.published.exits import exit_code
     from replicad.service.operator import (
         PositionValueError,
         describe_position,

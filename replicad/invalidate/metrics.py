@@ -1,5 +1,5 @@
 """What `replicad invalidate` reports on `invalidate.metrics_listen` (served by
-service/http.py: /metrics, /healthz, /readyz). The counters are the invalidator's own plain
+published/http.py: /metrics, /healthz, /readyz). The counters are the invalidator's own plain
 integers, read when Prometheus scrapes; one histogram observation per applied batch."""
 
 from __future__ import annotations

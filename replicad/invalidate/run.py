@@ -14,7 +14,6 @@ is only ever deleted, and deletes commute.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from replicad.invalidate.redis_target import (
 )
 from replicad.invalidate.rules import Plan, RuleSet
 from replicad.log_limit import EveryInterval
+from replicad.published.topics import TopicNames
 from replicad.sinks.kafka_admin import shared_settings
 from replicad.sinks.kafka_clients import kafka_client
 
@@ -56,18 +56,6 @@ class MessageError(ReplicadError):
     its offset not committed."""
 
     exit_code = EXIT_DATA_ERROR
-
-
-def topic_pattern(template: str, prefix: str, pipeline: str) -> str:
-    """The change topics' template (`{prefix}.{db}.{table}`) as a subscription regex."""
-    parts = re.split(r"(\{db\}|\{table\})", template)
-    out = []
-    for part in parts:
-        if part in ("{db}", "{table}"):
-            out.append(r"[^.]+" if part == "{db}" else r".+")
-        else:
-            out.append(re.escape(part.format(prefix=prefix, pipeline=pipeline)))
-    return "^" + "".join(out) + "$"
 
 
 @dataclass
@@ -105,9 +93,9 @@ class Invalidator:
         self.config = config
         self.settings = settings
         self.rules = RuleSet.from_config(settings.rules)
-        prefix = kafka.topic_prefix(config.pipeline)
-        self.schema_topic = kafka.schema_topic.format(prefix=prefix, pipeline=config.pipeline)
-        self.topics = topic_pattern(kafka.topic, prefix, config.pipeline)
+        names = TopicNames.of(kafka, config.pipeline)
+        self.schema_topic = names.expand(kafka.schema_topic) if kafka.schema_topic else ""
+        self.topics = names.pattern()
         self.consumer_settings: dict[str, Any] = {
             "bootstrap.servers": kafka.bootstrap_servers,
             "group.id": settings.group_id or f"replicad-invalidate-{config.pipeline}",
@@ -371,8 +359,8 @@ def run_invalidator(config: Config) -> int:
     import sys
 
     from replicad.exit_codes import EXIT_OK
-    from replicad.service.exits import exit_code
-    from replicad.service.http import Endpoints
+    from replicad.published.exits import exit_code
+    from replicad.published.http import Endpoints
 
     endpoints = None
     try:

@@ -56,8 +56,8 @@ from replicad.errors import (
     CoordinationUnavailableError,
     ReplicadError,
 )
+from replicad.published.exits import needs_operator
 from replicad.service.daemon import Pipeline, run_until_stopped
-from replicad.service.exits import needs_operator
 from replicad.service.operator import resolve_position
 from replicad.service.status_view import zk_pipeline_status
 from replicad.service.telemetry import Telemetry

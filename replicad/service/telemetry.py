@@ -1,5 +1,5 @@
 """What `replicad run` reports about itself: one `Telemetry` per process, read by the
-metrics and health endpoints (service/http.py, from their own thread) and by sd_notify
+metrics and health endpoints (published/http.py, from their own thread) and by sd_notify
 (service/notify.py).
 
 Counting stays off the per-row path: a pipeline keeps plain integers (service/progress.py:
@@ -62,7 +62,7 @@ class Telemetry:
         self.registry = CollectorRegistry(auto_describe=True)
         self.pipelines: dict[str, PipelineView] = {}
         self.ready_ack_stall_s = ready_ack_stall_s
-        self.loop_tick = time.monotonic()  # moved by the event loop (service/http.py)
+        self.loop_tick = time.monotonic()  # moved by the event loop (published/http.py)
         self.zookeeper: ZkClient | None = None  # the worker's, when coordinated
         self.stopping = False
         self.serving = False  # the endpoints are up: keep latencies and readiness current

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from replicad.config import Config
 from replicad.coordination.local import PositionFileLock
+from replicad.published.http import Endpoints, beat
 from replicad.service.daemon import run_until_stopped
-from replicad.service.http import Endpoints, beat
 from replicad.service.notify import Notifier
 from replicad.service.signals import install_stop_handlers
 from replicad.service.telemetry import Telemetry

@@ -19,6 +19,7 @@ from typing import Any
 from replicad.binlog.changes import RowChange
 from replicad.config import ColumnFiltersConfig, FiltersConfig, KafkaSinkConfig
 from replicad.errors import ConfigError
+from replicad.published.topics import TopicNames
 from replicad.sinks.envelope import dumps
 from replicad.sinks.event_envelope import KEY_COLUMNS, KEY_CONSTANT, KEY_NONE
 
@@ -215,9 +216,7 @@ class KafkaRouting:
     """Topic names and keys for the Kafka sink."""
 
     def __init__(self, config: KafkaSinkConfig, pipeline: str) -> None:
-        self.prefix = config.topic_prefix(pipeline)
-        self.pipeline = pipeline
-        self._template = config.topic
+        self.names = TopicNames.of(config, pipeline)
         self._key_without_pk = config.key_without_pk
         self._topics: dict[tuple[str, str], str] = {}
         self.oversized_topic = self.expand(config.oversized_topic, "", "")
@@ -226,22 +225,13 @@ class KafkaRouting:
         self.topic("db", "table")  # a bad template fails at start, not at the first row
 
     def expand(self, template: str, db: str, table: str) -> str:
-        try:
-            name = template.format(prefix=self.prefix, db=db, table=table, pipeline=self.pipeline)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ConfigError(
-                f"bad topic template: {exc!r} (placeholders: {{prefix}} {{db}} {{table}} "
-                "{pipeline})",
-                key="sinks.kafka.topic",
-                value=template,
-            ) from None
-        return sanitize_topic(name)
+        return self.names.expand(template, db, table)
 
     def topic(self, db: str, table: str) -> str:
         key = (db, table)
         name = self._topics.get(key)
         if name is None:
-            name = self._topics[key] = self.expand(self._template, db, table)
+            name = self._topics[key] = self.names.table(db, table)
         return name
 
     def event_key(
@@ -269,18 +259,3 @@ class KafkaRouting:
         if self._key_without_pk == "row":
             return row
         return None
-
-
-_TOPIC_BAD = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def sanitize_topic(name: str) -> str:
-    """Kafka topic names allow [A-Za-z0-9._-] and at most 249 characters; MySQL names allow
-    far more. Other characters become '_' (as Debezium does); over-long names are an error
-    rather than a silent truncation that could merge two tables into one topic."""
-    cleaned = _TOPIC_BAD.sub("_", name)
-    if not cleaned or cleaned in (".", ".."):
-        raise ConfigError("topic name is empty after sanitizing", value=name)
-    if len(cleaned) > 249:
-        raise ConfigError("topic name longer than Kafka's 249 characters", value=cleaned)
-    return cleaned

@@ -36,9 +36,9 @@ from replicad.binlog.column_types import TableDescription, describe
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import TableMapEvent
 from replicad.consumers.typed import TypedSchema
+from replicad.dump_view import DumpHistory
 from replicad.errors import ReplicadError
 from replicad.relay.decode import input_kind, iter_relay, relay_changes
-from replicad.service.dump_view import DumpHistory
 from replicad.sinks.envelope import EnvelopeLines
 from replicad.spark.types import (
     arrow_batches,

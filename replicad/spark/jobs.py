@@ -28,6 +28,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from replicad.config import Config
 from replicad.consumers.typed import TypedSchema
 from replicad.errors import ConfigError, ReplicadError
+from replicad.published.topics import TopicNames
 from replicad.sinks.kafka_admin import shared_settings
 from replicad.spark.kafka_source import (
     ReplicadKafkaSource,
@@ -48,10 +49,8 @@ class Source:
     """Where a pipeline's change topics are, as `replicad-kafka` options."""
 
     bootstrap: str
-    prefix: str
-    topic_template: str
+    topics: TopicNames
     schema_topic: str
-    pipeline: str
     security: dict[str, str] = field(repr=False)  # may hold sinks.kafka.sasl's password
 
     @classmethod
@@ -62,22 +61,18 @@ class Source:
                 "the Spark jobs read the change topics of sinks.kafka, which is not configured",
                 key="sinks.kafka",
             )
-        prefix = kafka.prefix or config.pipeline
-        schema_topic = kafka.schema_topic.format(prefix=prefix, pipeline=config.pipeline)
-        if not schema_topic:
+        names = TopicNames.of(kafka, config.pipeline)
+        if not kafka.schema_topic:
             raise ConfigError(
                 "the Spark jobs type changes from the schema topic; it is switched off",
                 key="sinks.kafka.schema_topic",
             )
         security = {k: str(v) for k, v in shared_settings(kafka).items()}
-        return cls(kafka.bootstrap_servers, prefix, kafka.topic, schema_topic, config.pipeline,
-                   security)  # fmt: skip
+        return cls(kafka.bootstrap_servers, names, names.expand(kafka.schema_topic), security)
 
     def options(self, table: str) -> dict[str, str]:
         db, _, name = table.partition(".")
-        topic = self.topic_template.format(
-            prefix=self.prefix, db=db, table=name, pipeline=self.pipeline
-        )
+        topic = self.topics.table(db, name)
         return {
             "kafka.bootstrap.servers": self.bootstrap,
             **{f"kafka.{k}": v for k, v in self.security.items()},

@@ -38,6 +38,7 @@ from pyspark.sql.types import StructType
 
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ReplicadError
+from replicad.published.topics import DEFAULT_SCHEMA_TOPIC, DEFAULT_TABLE_TOPIC, TopicNames
 from replicad.sinks.kafka_clients import kafka_client
 from replicad.spark.types import change_row, change_schema, row_converter, row_struct
 
@@ -90,8 +91,11 @@ class Settings:
             )
         db, _, name = table.partition(".")
         prefix = options.get("prefix")
-        topic = options.get("topic") or (prefix and f"{prefix}.{db}.{name}")
-        schema_topic = options.get("schematopic") or (prefix and f"{prefix}.schema")
+        defaults = None if prefix is None else TopicNames(prefix, "", DEFAULT_TABLE_TOPIC)
+        topic = options.get("topic") or (defaults and defaults.table(db, name))
+        schema_topic = options.get("schematopic") or (
+            defaults and defaults.expand(DEFAULT_SCHEMA_TOPIC)
+        )
         if not topic or not schema_topic:
             raise SparkSourceError("replicad-kafka needs prefix, or topic and schemaTopic")
         starting = options.get("startingoffsets", "earliest")

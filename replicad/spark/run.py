@@ -15,7 +15,7 @@ import structlog
 from replicad.config import Config
 from replicad.errors import ReplicadError
 from replicad.exit_codes import EXIT_CHECK_FAILED, EXIT_OK, EXIT_TEMPFAIL
-from replicad.service.exits import exit_code
+from replicad.published.exits import exit_code
 
 log = structlog.get_logger("replicad.spark")
 

@@ -43,6 +43,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from replicad.config import Config
+from replicad.coordination.stored import stored_position
 from replicad.errors import ConfigError, ReplicadError
 from replicad.spark.canonical import (
     mysql_hash_number,
@@ -335,15 +336,7 @@ class Verifier:
     # ------------------------------------------------------------------ lake progress
 
     def _stored_position(self) -> Coordinates | None:
-        if getattr(self.config.coordination, "zookeeper", None) is not None:
-            from replicad.service.ha import zk_status
-
-            states = [p for p in zk_status(self.config) if p["pipeline"] == self.config.pipeline]
-        else:
-            from replicad.service.status_view import local_pipeline_status
-
-            states = [local_pipeline_status(self.config)]
-        position = states[0].get("position") if states else None
+        position = stored_position(self.config)
         if not position or not position.get("file"):
             return None
         return str(position["file"]), int(position["pos"])

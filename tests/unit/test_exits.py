@@ -21,7 +21,7 @@ from replicad.errors import (
     ServerError,
     TlsError,
 )
-from replicad.service.exits import EXIT_CONFIG, EXIT_TEMPFAIL, exit_code, needs_operator
+from replicad.published.exits import EXIT_CONFIG, EXIT_TEMPFAIL, exit_code, needs_operator
 from replicad.sinks.base import ProducerFencedError, SinkError, SinkUnavailableError
 from replicad.source.schema import SchemaHistoryError
 from replicad.source.stream import DumpRefusedError, PositionLostError

@@ -10,7 +10,7 @@ import pytest
 from replicad.config import InvalidationRule
 from replicad.errors import ConfigError
 from replicad.invalidate.rules import Plan, RuleSet, TableWide, TemplateError
-from replicad.invalidate.run import topic_pattern
+from replicad.published.topics import TopicNames
 
 pytestmark = pytest.mark.unit
 
@@ -123,7 +123,7 @@ def test_tables_no_rule_takes_are_ignored() -> None:
 
 
 def test_the_subscription_pattern_takes_change_topics_only() -> None:
-    pattern = re.compile(topic_pattern("{prefix}.{db}.{table}", "shop.p", "p"))
+    pattern = re.compile(TopicNames("shop.p", "p", "{prefix}.{db}.{table}").pattern())
     assert pattern.match("shop.p.db1.users")
     assert pattern.match("shop.p.db1.odd.name")
     for other in ("shop.p.schema", "shop.p.replicad-positions", "shopXp.db1.users"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from replicad.config import ConfigError, MetricsConfig
-from replicad.service.http import Endpoints, beat, parse_listen
+from replicad.published.http import Endpoints, beat, parse_listen
 from replicad.service.notify import Notifier
 from replicad.service.telemetry import Telemetry
 from tests.helpers.http import http_json

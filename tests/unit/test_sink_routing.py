@@ -11,9 +11,10 @@ from replicad.binlog.changes import RowChange
 from replicad.binlog.position import Position
 from replicad.config import FiltersConfig, KafkaSinkConfig, load_config
 from replicad.errors import ConfigError
+from replicad.published.topics import sanitize_topic
 from replicad.sinks.base import DeliveryTracker, SinkError
 from replicad.sinks.kafka import _delivery_failure as kafka_delivery_failure
-from replicad.sinks.routing import ChangeFilter, KafkaRouting, sanitize_topic
+from replicad.sinks.routing import ChangeFilter, KafkaRouting
 
 pytestmark = pytest.mark.unit
 
