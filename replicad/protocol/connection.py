@@ -223,10 +223,6 @@ class Connection:
         return self._state
 
     @property
-    def tls_active(self) -> bool:
-        return self._tls_active
-
-    @property
     def deprecate_eof(self) -> bool:
         return bool(self.capabilities & Capability.DEPRECATE_EOF)
 

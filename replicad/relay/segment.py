@@ -17,7 +17,7 @@ events = count (4) | (length (4) | event bytes) * count   (all little-endian)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -130,10 +130,6 @@ def encode_footer(footer: Footer) -> bytes:
         "sealed_ms": footer.sealed_ms,
     }
     return bytes((RecordKind.FOOTER,)) + orjson.dumps(meta)
-
-
-def events_size(events: Iterable[bytes]) -> int:
-    return sum(4 + len(e) for e in events) + 4
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -276,10 +272,3 @@ class TransactionGrammar:
         if kind == RecordKind.HEADER:
             raise body.error("a second segment header")
         raise body.error(f"unknown relay record kind {kind}")
-
-
-def iter_chunks(records: Iterable[Record], grammar: TransactionGrammar) -> Iterator[TxnChunk]:
-    for record in records:
-        chunk = grammar.feed(record)
-        if chunk is not None:
-            yield chunk

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
@@ -448,8 +446,3 @@ class RelayedStream:
         if removed:
             log.info("relay_segments_deleted", segments=removed, checkpoint=str(checkpoint))
             self._progress.set()
-
-
-def remove_relay(directory: Path) -> None:
-    """For `position reset` and tests: forget the relay entirely."""
-    shutil.rmtree(directory, ignore_errors=True)

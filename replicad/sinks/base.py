@@ -133,11 +133,6 @@ class DeliveryTracker:
     def outstanding(self) -> int:
         return sum(u.outstanding for u in self._units) + self._open.outstanding
 
-    @property
-    def open_messages(self) -> int:
-        """Messages published since the last mark."""
-        return self._open.outstanding
-
 
 class DeliveryUnit:
     __slots__ = ("after", "outstanding", "seq", "tracker")

@@ -911,10 +911,6 @@ def producer_settings(
     return settings
 
 
-def _key_bytes(key: dict[str, Any] | None) -> bytes | None:
-    return None if key is None else dumps(key)
-
-
 def _delivery_failure(err: KafkaError, msg: Any, unit: DeliveryUnit) -> SinkError:
     """A failed delivery report: which message, after which binlog position, and why.
     (librdkafka's reports carry no headers: the unit knows the position instead.)"""
