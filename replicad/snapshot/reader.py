@@ -44,6 +44,7 @@ from replicad.snapshot.columns import (
     description_of,
     quote_name,
 )
+from replicad.source.binlog_status import binlog_status
 from replicad.source.schema_model import SYSTEM_SCHEMAS
 from replicad.source.stream import ServerInfo
 
@@ -290,19 +291,13 @@ async def _global_read_lock(conn: AsyncConnection, timeout_s: int) -> None:
 
 async def _mysql_binlog_position(conn: AsyncConnection, info: ServerInfo) -> Position:
     """The binlog file, offset and executed GTID set now (under the lock: the view's)."""
-    try:  # MySQL 8.2+; 8.4 removed SHOW MASTER STATUS
-        status = await conn.query("SHOW BINARY LOG STATUS")
-    except ServerError:
-        status = await conn.query("SHOW MASTER STATUS")
-    if not status.rows:
-        raise SnapshotError("the primary has binary logging off (SHOW BINARY LOG STATUS is empty)")
-    row = status.rows[0]
-    file, pos = cell_text(row[0]), int(cell_text(row[1]))
+    status = await binlog_status(conn)
+    if status is None:
+        raise SnapshotError("the primary has binary logging off (its binlog status is empty)")
     if not info.gtid_mode:
-        return Position(file, pos)  # file:pos is all there is
-    executed = cell_text(row[4]) if len(row) > 4 and row[4] is not None else ""
+        return Position(status.file, status.pos)  # file:pos is all there is
     # Executed_Gtid_Set: exactly the GTIDs at file:pos, so the stream resumes by GTID.
-    return Position(file, pos, GtidSet.parse(executed.replace("\n", "")), None)
+    return Position(status.file, status.pos, GtidSet.parse(status.executed_gtids or ""), None)
 
 
 async def end(conn: AsyncConnection) -> None:

@@ -50,8 +50,9 @@ from replicad.binlog.changes import TableChange
 from replicad.binlog.events import QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
-from replicad.errors import ReplicadError, ServerError
+from replicad.errors import ReplicadError
 from replicad.exit_codes import EXIT_CONFIG
+from replicad.source.binlog_status import binlog_status
 from replicad.source.ddl import apply_ddl, enum_set_members, is_ddl
 from replicad.source.schema_model import (
     FAMILY_OF,
@@ -532,14 +533,9 @@ def tables_from_information_schema(
 
 
 async def binlog_end(conn: Any) -> Position | None:
-    for sql in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):  # MySQL 8.4 renamed it
-        try:
-            result = await conn.query(sql)
-        except ServerError:
-            continue
-        if result.rows:
-            return Position(_text(result.rows[0][0]), int(_text(result.rows[0][1])))
-    return None
+    """The binlog's end now (file:pos); None when binary logging is off."""
+    status = await binlog_status(conn)
+    return None if status is None else Position(status.file, status.pos)
 
 
 async def snapshot(conn: Any, position: Position) -> SchemaHistory:

@@ -12,8 +12,8 @@ from replicad.binlog.gtid import Gtid, GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.config import StartConfig
 from replicad.errors import ConfigError, GtidError, ServerError
-from replicad.protocol.commands import ResultSet, cell_text
 from replicad.protocol.transport import AsyncConnection
+from replicad.source.binlog_status import binlog_status
 from replicad.source.event_list import listed_events
 from replicad.source.stream import ServerInfo
 
@@ -26,16 +26,13 @@ _GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'")
 async def initial_position(conn: AsyncConnection, info: ServerInfo, start: object) -> Position:
     """Where to start when no position is stored, from `source.start`."""
     if start == "latest":
-        status = await _binlog_status(conn)
-        if not status.rows:
+        status = await binlog_status(conn)
+        if status is None:
             raise ConfigError("the primary has binary logging off (SHOW MASTER STATUS is empty)")
-        row = status.rows[0]
-        file, pos = cell_text(row[0]), int(cell_text(row[1]))
-        if not info.mariadb and info.gtid_mode and len(row) > 4 and row[4] is not None:
+        if not info.mariadb and info.gtid_mode and status.executed_gtids is not None:
             # MySQL's Executed_Gtid_Set is exactly the set at this file:pos.
-            executed = str(row[4]).replace("\n", "")
-            return Position(file, pos, GtidSet.parse(executed), None)
-        return await _with_gtids(conn, info, file, pos)
+            return Position(status.file, status.pos, GtidSet.parse(status.executed_gtids), None)
+        return await _with_gtids(conn, info, status.file, status.pos)
     if start == "earliest":
         logs = await conn.query("SHOW BINARY LOGS")
         if not logs.rows:
@@ -52,14 +49,6 @@ async def initial_position(conn: AsyncConnection, info: ServerInfo, start: objec
     if start.file is None:
         raise ConfigError("source.start needs a gtid or a file", key="source.start")
     return await _with_gtids(conn, info, start.file, start.pos)
-
-
-async def _binlog_status(conn: AsyncConnection) -> ResultSet:
-    """SHOW MASTER STATUS; MySQL 8.4 removed it in favour of SHOW BINARY LOG STATUS."""
-    try:
-        return await conn.query("SHOW MASTER STATUS")
-    except ServerError:
-        return await conn.query("SHOW BINARY LOG STATUS")
 
 
 async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: int) -> Position:
