@@ -12,6 +12,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from replicad.published.http import register_process_collectors
+
 if TYPE_CHECKING:
     from replicad.invalidate.run import Invalidator
 
@@ -45,6 +47,7 @@ class InvalidatorTelemetry:
             registry=self.registry,
         )
         self.registry.register(_Collector(self))
+        register_process_collectors(self.registry)
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """In the group and Redis taking batches (or away for less than a few seconds)."""

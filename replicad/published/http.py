@@ -24,7 +24,13 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
 import structlog
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    make_wsgi_app,
+)
 
 from replicad.errors import ConfigError
 
@@ -133,3 +139,12 @@ def _json(start_response: StartResponse, ok: bool, body: dict[str, Any]) -> list
     status = "200 OK" if ok else "503 Service Unavailable"
     start_response(status, [("Content-Type", "application/json")])
     return [orjson.dumps(body) + b"\n"]
+
+
+def register_process_collectors(registry: CollectorRegistry) -> None:
+    """The standard `process_*` (CPU, memory, open files), `python_gc_*` and `python_info`
+    series that prometheus-client's default registry carries; each process has its own
+    registry, so they are added here."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)

@@ -876,6 +876,11 @@ class Pipeline:
         what READY=1 and /readyz wait for."""
         return self._snapshotting or (self._reading and self.stream.connected)
 
+    @property
+    def source_connected(self) -> bool:
+        """The binlog connection to the primary is up (through the relay's reader too)."""
+        return self.stream.connected
+
     def lag_seconds(self, now_wall: float, now_mono: float) -> float:
         """Called from the metrics thread: reads only."""
         return self.progress.lag_seconds(now_wall, now_mono, self.stream.last_heard)

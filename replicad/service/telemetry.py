@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 import replicad
 from replicad.config import Config
+from replicad.published.http import register_process_collectors
 from replicad.service.progress import Progress
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class Telemetry:
             registry=self.registry,
         )
         self.registry.register(_PipelineCollector(self))
+        register_process_collectors(self.registry)
 
     # ------------------------------------------------------------------ updates
     def view(self, name: str) -> PipelineView:
@@ -171,6 +173,12 @@ class _PipelineCollector(Collector):
         epoch = GaugeMetricFamily(
             "replicad_leader_epoch", "Leadership epoch while leading", labels=["pipeline"]
         )
+        connected = GaugeMetricFamily(
+            "replicad_source_connected",
+            "1 while the binlog connection to the primary is up (0: connecting, reconnecting, "
+            "or a standby, which keeps none)",
+            labels=["pipeline"],
+        )
         lag = GaugeMetricFamily(
             "replicad_lag_seconds",
             "How far the acknowledged position is behind the primary (heartbeat-aware)",
@@ -254,6 +262,7 @@ class _PipelineCollector(Collector):
                 progress.commit_to_ack.add_to(commit_to_ack, [name])
                 progress.read_to_ack.add_to(read_to_ack, [name])
             p = view.pipeline
+            connected.add_metric([name], int(p is not None and p.source_connected))
             if p is None:
                 continue
             lag.add_metric([name], p.lag_seconds(now_wall, now_mono))
@@ -271,6 +280,6 @@ class _PipelineCollector(Collector):
             for snapshotted in list(p.snapshot_progress):
                 snapshot_rows.add_metric([name, snapshotted.table], snapshotted.rows)
                 snapshot_done.add_metric([name, snapshotted.table], int(snapshotted.done))
-        yield from (role, epoch, lag, rows, size, transactions, paths, pending, queued)
+        yield from (role, epoch, connected, lag, rows, size, transactions, paths, pending, queued)
         yield from (commit_to_ack, read_to_ack)
         yield from (relay_bytes, relay_segments, snapshot_rows, snapshot_done, purge)

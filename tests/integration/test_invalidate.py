@@ -244,6 +244,7 @@ def test_metrics_and_readiness_follow_redis(db, kafka, tmp_path) -> None:
         assert sample(metrics, "replicad_invalidate_commit_to_apply_seconds_count") >= 1
         # the users topic and the schema topic, one partition each
         assert sample(metrics, "replicad_invalidate_assigned_partitions") == 2
+        assert sample(metrics, "process_resident_memory_bytes") is not None  # standard series
 
         cache_server.down()
         execute(conn, "UPDATE users SET v = v + 1 WHERE id = 41")

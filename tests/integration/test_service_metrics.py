@@ -139,6 +139,12 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(
         lag = f"replicad_lag_seconds{{{selector}}}"
         _wait_value(lambda: prometheus.query(lag), lambda v: v is not None and v < 3, 20,
                     "the lag to settle while caught up")  # fmt: skip
+        assert prometheus.query(f"replicad_source_connected{{{selector}}}") == 1
+        # The standard process and Python series, which a custom registry would otherwise lack
+        scraped = http_json(base + "/metrics")[1]
+        assert sample(scraped, "process_cpu_seconds_total") is not None
+        assert sample(scraped, "process_resident_memory_bytes") is not None
+        assert "python_info{" in scraped
 
         # Kafka away while the primary keeps committing: no acknowledgement, the lag grows,
         # /readyz says why; back: the lag falls and /readyz is 200 again.
