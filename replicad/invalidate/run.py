@@ -103,6 +103,12 @@ class Invalidator:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "topic.metadata.refresh.interval.ms": 5000,  # new tables' topics found soon
+            # A SIGKILLed or cut-off member's partitions move on after 6 s (librdkafka's
+            # default: 45 s of stale caches). 6 s is the least a broker accepts by default
+            # (group.min.session.timeout.ms); heartbeats run on librdkafka's own thread, so
+            # a slow batch does not end the session (max.poll.interval.ms governs that).
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
             **shared_settings(kafka),
             **settings.consumer,
             "error_cb": self._on_kafka_error,
