@@ -596,10 +596,19 @@ def test_dockerfile_stages_builder_runtime_spark() -> None:
         check = last(stage, "HEALTHCHECK")
         assert check is not None and "CMD" in check.rest, f"{stage}: no HEALTHCHECK"
         entrypoint = last(stage, "ENTRYPOINT")
-        assert entrypoint is not None and entrypoint.exec_form() == ["replicad"]
+        assert entrypoint is not None and entrypoint.exec_form() == ["tini", "--", "replicad"]
         build_parser().parse_args(dockerfile_cmd(stage))
     runtime_check = last("runtime", "HEALTHCHECK")
     assert runtime_check is not None and IN_IMAGE_HEALTHCHECK in runtime_check.rest
+    # Healthy with any config: the endpoints are on by default, where the check looks
+    runtime = stage_chain("runtime")
+    env = " ".join(i.rest for i in runtime if i.keyword == "ENV")
+    assert "REPLICAD_METRICS__LISTEN=0.0.0.0:9108" in env
+    installs = " ".join(i.rest for i in runtime if i.keyword == "RUN")
+    assert "tini" in installs, "no init process installed"
+    labels = " ".join(i.rest for i in runtime if i.keyword == "LABEL")
+    for label in ("title", "version", "licenses", "description"):
+        assert f"org.opencontainers.image.{label}=" in labels
     health = load_module(ROOT / "deploy/healthcheck.py")
     assert health.DEFAULT_URL.endswith("/healthz")
     assert health.DEFAULT_URL.rsplit(":", 1)[1].startswith(
