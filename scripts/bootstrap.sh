@@ -10,6 +10,6 @@ fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test${EXTRAS:+,$EXTRAS}]"
+  .venv/bin/python -m pip install -q -e ".[test${EXTRAS:+,$EXTRAS}]" --group dev
   rm -f .venv/.installed-*; touch "$stamp"
 fi

@@ -13,11 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import redis
-from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
-from redis.retry import Retry
-from redis.sentinel import MasterNotFoundError, Sentinel
 
 from replicad.config import RedisConfig
 from replicad.errors import (
@@ -27,7 +22,17 @@ from replicad.errors import (
     TlsError,
     certificate_refused,
 )
+from replicad.extras import missing_extra
 from replicad.invalidate.rules import Plan
+
+try:  # the `invalidate` extra
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.retry import Retry
+    from redis.sentinel import MasterNotFoundError, Sentinel
+except ImportError:
+    raise missing_extra("invalidate", "replicad invalidate", "invalidate") from None
 
 SCAN_COUNT = 1000
 UNLINK_CHUNK = 500

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import redis
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from replicad.config import Config
 from replicad.errors import ConfigError, ReplicadError
 from replicad.exit_codes import EXIT_DATA_ERROR
+from replicad.extras import missing_extra
 from replicad.invalidate.metrics import InvalidatorTelemetry
 from replicad.invalidate.redis_target import (
     RedisUnavailableError,
@@ -41,6 +41,11 @@ from replicad.log_limit import EveryInterval
 from replicad.published.topics import TopicNames
 from replicad.sinks.kafka_admin import shared_settings
 from replicad.sinks.kafka_clients import kafka_client
+
+try:  # the `invalidate` extra
+    import redis
+except ImportError:
+    raise missing_extra("invalidate", "replicad invalidate", "invalidate") from None
 
 log = structlog.get_logger("replicad.invalidate")
 _NOT_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})

@@ -20,7 +20,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import aiomqtt
 import orjson
 import structlog
 
@@ -28,10 +27,16 @@ from replicad.binlog.changes import RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.config import MqttSinkConfig
 from replicad.errors import certificate_refused
+from replicad.extras import missing_extra
 from replicad.sinks.base import DeliveryTracker, DeliveryUnit, SinkError
 from replicad.sinks.envelope import EnvelopeWriter, row_messages
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.value_modes import ValueMode
+
+try:  # the `mqtt` extra
+    import aiomqtt
+except ImportError:
+    raise missing_extra("mqtt", "sinks.mqtt", "sinks.mqtt") from None
 
 log = structlog.get_logger("replicad.sinks.mqtt")
 _REFUSED_CREDENTIALS = {4, 5, 134, 135}  # MQTT 3.1.1 and 5 CONNACK codes: bad login, not authorised

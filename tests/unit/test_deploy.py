@@ -632,6 +632,8 @@ def test_constraints_pin_every_dependency_inside_its_range() -> None:
     requirements = [
         *data["project"]["dependencies"],
         *data["project"]["optional-dependencies"]["spark"],
+        *data["project"]["optional-dependencies"]["invalidate"],
+        *data["project"]["optional-dependencies"]["mqtt"],
         *data["build-system"]["requires"],
     ]
     pinned = pins()
