@@ -361,6 +361,6 @@ def test_check_reports_kafka(kafka, mariadb, tmp_path) -> None:
         )
 
     good = check(kafka)
-    assert good.returncode == 0 and "OK    kafka" in good.stdout, good.stdout
+    assert good.returncode == 0 and "PASS  kafka" in good.stdout, good.stdout
     bad = check("127.0.0.1:1")  # nothing listens there
     assert bad.returncode == 1 and "FAIL  kafka" in bad.stdout and "127.0.0.1:1" in bad.stdout
