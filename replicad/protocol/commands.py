@@ -67,6 +67,9 @@ def _check_u32(name: str, value: int) -> None:
 @dataclass(frozen=True, slots=True)
 class Query:
     sql: str
+    # Every value as the bytes the server sent, none decoded: for a reader that parses the
+    # text itself (the snapshot's rows), which would otherwise encode each str back.
+    raw: bool = False
     kind: ClassVar[str] = "query"
 
     def encode(self) -> bytes:
@@ -237,22 +240,38 @@ def parse_column_definition(payload: bytes) -> ResultColumn:
 
 
 def parse_text_row(
-    payload: bytes, columns: tuple[ResultColumn, ...]
+    payload: bytes, columns: tuple[ResultColumn, ...], decode: tuple[bool, ...] | None = None
 ) -> tuple[str | bytes | None, ...]:
+    """One text-protocol row: each value NULL or a length-encoded string, decoded as UTF-8
+    where `decode` says (default: every column that is not binary). The common one-byte
+    length is read inline: this runs once per cell of every snapshot row."""
+    if decode is None:
+        decode = tuple(not c.binary for c in columns)
     values: list[str | bytes | None] = []
-    pos = 0
-    for column in columns:
-        need(payload, pos, 1, f"value of column {column.name!r}")
-        if payload[pos] == NULL_COLUMN:
+    pos, end = 0, len(payload)
+    for index, column in enumerate(columns):
+        if pos >= end:
+            raise ProtocolError(f"text row ends before the value of column {column.name!r}")
+        first = payload[pos]
+        if first < NULL_COLUMN:
+            start = pos + 1
+            pos = start + first
+        elif first == NULL_COLUMN:
             values.append(None)
             pos += 1
             continue
-        raw, pos = read_lenenc_bytes(payload, pos)
-        values.append(raw if column.binary else _text(raw, f"value of column {column.name!r}"))
-    if pos != len(payload):
-        raise ProtocolError(
-            f"text row has {len(payload) - pos} bytes after its {len(columns)} values"
-        )
+        else:
+            length, start = read_lenenc_int(payload, pos)
+            pos = start + length
+        if pos > end:
+            raise ProtocolError(
+                f"value of column {column.name!r} needs {pos - start} bytes at payload "
+                f"offset {start}, only {end - start} left"
+            )
+        raw = payload[start:pos]
+        values.append(_text(raw, f"value of column {column.name!r}") if decode[index] else raw)
+    if pos != end:
+        raise ProtocolError(f"text row has {end - pos} bytes after its {len(columns)} values")
     return tuple(values)
 
 
@@ -268,11 +287,13 @@ class ResultSetReader:
     An ERR in place of a row (the query was killed, a row failed to convert) is raised.
     """
 
-    def __init__(self, column_count: int, *, deprecate_eof: bool) -> None:
+    def __init__(self, column_count: int, *, deprecate_eof: bool, raw: bool = False) -> None:
         if column_count == 0:
             raise ProtocolError("result set with zero columns")
         self._count = column_count
         self._deprecate_eof = deprecate_eof
+        self._raw = raw  # Query.raw
+        self._decode: tuple[bool, ...] = ()
         self._columns: list[ResultColumn] = []
         self._frozen: tuple[ResultColumn, ...] = ()
         self._rows: list[tuple[str | bytes | None, ...]] = []
@@ -285,6 +306,7 @@ class ResultSetReader:
             self._columns.append(parse_column_definition(payload))
             if len(self._columns) == self._count:
                 self._frozen = tuple(self._columns)
+                self._decode = tuple(not (self._raw or c.binary) for c in self._frozen)
                 self._step = "rows" if self._deprecate_eof else "columns-eof"
             return None
         if self._step == "columns-eof":
@@ -302,6 +324,6 @@ class ResultSetReader:
                     warnings, status = eof.warnings, eof.status_flags
                 self._step = "done"
                 return ResultSet(self._frozen, self._rows, warnings, status)
-            self._rows.append(parse_text_row(payload, self._frozen))
+            self._rows.append(parse_text_row(payload, self._frozen, self._decode))
             return None
         raise ProtocolError("result set already complete")

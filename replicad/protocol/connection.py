@@ -43,6 +43,7 @@ from replicad.protocol.auth import (
 )
 from replicad.protocol.commands import (
     Command,
+    Query,
     Quit,
     ResultSet,
     ResultSetReader,
@@ -211,6 +212,7 @@ class Connection:
         self._plugin: AuthPlugin | None = None
         self._switched = False
         self._pending_kind: str | None = None
+        self._pending_raw = False  # Query.raw of the command in flight
         self._result: ResultSetReader | None = None
 
     def __repr__(self) -> str:
@@ -261,6 +263,7 @@ class Connection:
         else:
             self._state = State.COMMAND
             self._pending_kind = kind
+            self._pending_raw = isinstance(command, Query) and command.raw
         return data
 
     def tls_established(self) -> None:
@@ -496,7 +499,9 @@ class Connection:
         count, pos = read_lenenc_int(payload, 0)
         if pos != len(payload):
             raise ProtocolError("column count packet has trailing bytes")
-        self._result = ResultSetReader(count, deprecate_eof=self.deprecate_eof)
+        self._result = ResultSetReader(
+            count, deprecate_eof=self.deprecate_eof, raw=self._pending_raw
+        )
         return None
 
     def _finish_command(self) -> None:

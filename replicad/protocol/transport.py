@@ -96,9 +96,10 @@ class AsyncConnection:
 
     # ------------------------------------------------------------------ commands
 
-    async def query(self, sql: str) -> ResultSet:
-        """Run a statement that returns rows (SELECT, SHOW ...)."""
-        event = await self._request(Query(sql))
+    async def query(self, sql: str, *, raw: bool = False) -> ResultSet:
+        """Run a statement that returns rows (SELECT, SHOW ...); `raw`: every value as the
+        server's bytes (Query.raw)."""
+        event = await self._request(Query(sql, raw))
         if not isinstance(event, ResultSet):
             raise ProtocolError("statement returned no result set; use execute()", sql=sql[:80])
         return event

@@ -23,6 +23,7 @@ Sans-IO: values in, values out.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -155,7 +156,7 @@ class SnapshotColumn:
                     "a snapshot cannot decode this character set", column=self.name,
                     charset=self.charset,
                 )  # fmt: skip
-            return (lambda raw: decode_text(bytes(raw), codec)) if codec else bytes
+            return functools.partial(decode_text, codec=codec) if codec else bytes
         raise SnapshotError(
             f"a snapshot cannot read columns of type {self.column_type} exactly",
             column=self.name,
@@ -241,14 +242,27 @@ def _hms(text: str) -> tuple[int, int, int, int]:
     return int(hours), int(minutes), int(seconds), micros
 
 
+# The temporal parsers try Python's C parser first (fromisoformat reads what MySQL prints:
+# `YYYY-MM-DD[ HH:MM:SS[.f...]]`); what it refuses (zero or invalid dates, which stay
+# text) takes the field-by-field path.
+
+
 def _date(raw: bytes) -> dt.date | str:
-    return make_date(*_ymd(raw.decode("ascii")))
+    text = raw.decode("ascii")
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return make_date(*_ymd(text))
 
 
 def _datetime_parser(fsp: int) -> Callable[[bytes], dt.datetime | str]:
     def parse(raw: bytes) -> dt.datetime | str:
-        day, _, clock = raw.decode("ascii").partition(" ")
-        return make_datetime(*_ymd(day), *_hms(clock), fsp)
+        text = raw.decode("ascii")
+        try:
+            return dt.datetime.fromisoformat(text)
+        except ValueError:
+            day, _, clock = text.partition(" ")
+            return make_datetime(*_ymd(day), *_hms(clock), fsp)
 
     return parse
 
@@ -260,6 +274,10 @@ def _timestamp_parser(fsp: int) -> Callable[[bytes], dt.datetime | str]:
         text = raw.decode("ascii")
         if text == zero or text.startswith("0000-00-00"):
             return zero
+        try:
+            return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+        except ValueError:
+            pass
         day, _, clock = text.partition(" ")
         hh, mm, ss, us = _hms(clock)
         return dt.datetime(*_ymd(day), hh, mm, ss, us, tzinfo=dt.UTC)

@@ -323,7 +323,7 @@ async def read_chunks(
     while True:
         sql = chunk_sql(plan, after=after, limit=chunk_rows, offset=0 if key else offset)
         try:
-            result = await conn.query(sql)
+            result = await conn.query(sql, raw=True)
         except ServerError as exc:
             raise SnapshotError(f"reading the table failed: {exc}", table=plan.name) from None
         rows = parse_rows(plan, result)
