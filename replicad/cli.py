@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,9 @@ from replicad.service.logging import configure_logging, configure_logging_on_fir
 
 if TYPE_CHECKING:
     from replicad.config import Config
+
+
+CONFIG_ENV = "REPLICAD_CONFIG"  # the config file when a command has no -c
 
 
 def _position(text: str) -> int:
@@ -129,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-c",
         "--config",
         action="append",
-        help="YAML config file (default: built-in defaults); repeat for several pipelines "
-        "(ZooKeeper only)",
+        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults); repeat "
+        "for several pipelines (ZooKeeper only)",
     )
     run.set_defaults(func=cmd_run)
 
@@ -145,7 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
             "78 for a configuration error, else 0."
         ),
     )
-    check.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    check.add_argument(
+        "-c",
+        "--config",
+        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)",
+    )
     check.add_argument(
         "--json",
         action="store_true",
@@ -161,7 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
             "configured (every pipeline of the cluster), else from the local position file."
         ),
     )
-    status.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    status.add_argument(
+        "-c",
+        "--config",
+        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)",
+    )
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(func=cmd_status)
 
@@ -178,7 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     common = _Parser(add_help=False)
-    common.add_argument("-c", "--config", help="YAML config file (default: built-in defaults)")
+    common.add_argument(
+        "-c",
+        "--config",
+        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     actions = position.add_subparsers(dest="action", required=True)
     actions.add_parser("show", help="print the stored position", parents=[common])
@@ -237,7 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
             "acknowledged (docs/invalidate.md). Stops cleanly on SIGTERM/SIGINT."
         ),
     )
-    invalidate.add_argument("-c", "--config", required=True, help="YAML config file")
+    invalidate.add_argument(
+        "-c",
+        "--config",
+        required=not os.environ.get(CONFIG_ENV),
+        help="YAML config file (default: $REPLICAD_CONFIG)",
+    )
     invalidate.set_defaults(func=cmd_invalidate)
 
     spark = commands.add_parser(
@@ -319,10 +340,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _config_from_environment(args)
     try:
         return int(args.func(args))
     except BrokenPipeError:
         return EXIT_OK
+
+
+def _config_from_environment(args: argparse.Namespace) -> None:
+    """REPLICAD_CONFIG names the config file of a command given no -c (as systemd or a
+    container sets it once for every command); -c wins."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path or getattr(args, "config", "absent") is not None:
+        return
+    args.config = [path] if args.func is cmd_run else path
 
 
 def _configure_logging(config: Config, level: str, *others: Config, one_shot: bool = False) -> None:

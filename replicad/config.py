@@ -767,6 +767,7 @@ class Config(_Strict):
 # suite's and CI's knobs (tests/, .ci/, scripts/): the daemons the tests start inherit them.
 ENV_NOT_OVERRIDES = frozenset(
     {
+        "REPLICAD_CONFIG",  # cli: the config file of a command given no -c
         "REPLICAD_PURE_PYTHON",  # replicad.binlog: the pure-Python decoders
         "REPLICAD_REQUIRE_SPEEDUPS",  # replicad.binlog: fail without the compiled decoder
         "REPLICAD_MASK_SALT",  # filters.columns.salt_env's default
