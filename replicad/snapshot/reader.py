@@ -363,16 +363,16 @@ def chunk_sql(
 
 
 def parse_rows(plan: TablePlan, result: Any) -> list[dict[str, Any]]:
-    """A result set of `plan.select` as rows of the binlog decoders' values."""
-    names = plan.column_names
-    parsers = plan.parsers
-    return [
-        {
-            name: None if raw is None else parse(raw if isinstance(raw, bytes) else raw.encode())
-            for name, parse, raw in zip(names, parsers, values, strict=True)
-        }
-        for values in result.rows
-    ]
+    """A result set of `plan.select`, read raw (every value bytes or None), as rows of the
+    binlog decoders' values."""
+    columns = list(zip(plan.column_names, plan.parsers, strict=True))
+    rows = []
+    for values in result.rows:
+        row = {}
+        for (name, parse), raw in zip(columns, values, strict=False):  # lengths: the reader checked
+            row[name] = None if raw is None else parse(raw)
+        rows.append(row)
+    return rows
 
 
 def row_key(plan: TablePlan, row: dict[str, Any]) -> list[str]:

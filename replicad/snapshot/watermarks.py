@@ -126,7 +126,7 @@ class ChunkReader:
     ) -> tuple[list[dict], list[str] | None]:
         sql = chunk_sql(plan, after=after, where=where, limit=limit)
         try:
-            result = await self.conn.query(sql)
+            result = await self.conn.query(sql, raw=True)
         except ServerError as exc:
             raise SnapshotRequestError(
                 f"reading a chunk failed: {exc}", table=plan.name, where=where
