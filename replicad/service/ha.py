@@ -63,7 +63,7 @@ from replicad.service.status_view import zk_pipeline_status
 from replicad.service.telemetry import Telemetry
 from replicad.sinks.base import ProducerFencedError
 from replicad.source.schema import snapshot
-from replicad.source.stream import open_connection
+from replicad.source.stream import ReplicaDisplacedError, open_connection
 
 log = structlog.get_logger("replicad.ha")
 
@@ -177,6 +177,14 @@ async def _lead(
             plog.warning("leadership_lost", error=str(exc), kind=type(exc).__name__, epoch=epoch)
             if isinstance(exc, LeadershipLostError):  # a fenced producer is counted as itself
                 telemetry.errors.labels(config.pipeline, "leadership_lost").inc()
+            await _settle_loss(leadership)
+        except ReplicaDisplacedError as exc:
+            # The primary ended our dump for another with the pipeline's server_id. With
+            # our lease expired that is the next leader (the failover itself): step down.
+            # With it valid, another pipeline or daemon uses this server_id: exit 78.
+            if leadership.valid:
+                raise
+            plog.warning("leadership_lost", error=str(exc), kind=type(exc).__name__, epoch=epoch)
             await _settle_loss(leadership)
         except CoordinationUnavailableError as exc:
             # The lease could not be confirmed and the pipeline gave up on a write: treat it

@@ -58,6 +58,17 @@ class DumpRefusedError(ReplicadError):
     exit_code = EXIT_CONFIG
 
 
+class ReplicaDisplacedError(DumpRefusedError):
+    """The primary ended this dump because another replica connected with the same
+    server_id (MySQL: "A replica with the same server_uuid/server_id as this replica has
+    connected"). Two daemons sharing a server_id is a configuration mistake (exit 78), except
+    under ZooKeeper, where a pipeline's workers share it by design: a new leader displacing a
+    deposed one is the failover itself (service/ha.py takes it as leadership lost)."""
+
+
+# 1236's message when a replica with this server_id displaced the dump (MySQL rpl_master.cc;
+# older servers say "slave" and "master")
+_DISPLACED_MARKER = "same server_uuid/server_id"
 # Server messages of error 1236 that mean "the requested position is no longer (or never was)
 # in the binlogs" (MySQL rpl_binlog_sender.cc, MariaDB sql_repl.cc).
 _PURGE_MARKERS = (
@@ -324,6 +335,13 @@ class ReplicaStream:
         """Error 1236 covers every fatal dump condition; only some mean the position is gone.
         Telling an operator to re-snapshot for, say, an oversized event would be harmful."""
         message = exc.message.lower()
+        if _DISPLACED_MARKER in message:
+            return ReplicaDisplacedError(
+                f"the primary stopped the binlog dump: {exc.message}",
+                position=str(position),
+                code=exc.code,
+                server_id=self.source.server_id,
+            )
         purged = any(marker in message for marker in _PURGE_MARKERS)
         if not purged:
             return DumpRefusedError(
