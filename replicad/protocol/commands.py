@@ -240,13 +240,11 @@ def parse_column_definition(payload: bytes) -> ResultColumn:
 
 
 def parse_text_row(
-    payload: bytes, columns: tuple[ResultColumn, ...], decode: tuple[bool, ...] | None = None
+    payload: bytes, columns: tuple[ResultColumn, ...], decode: tuple[bool, ...]
 ) -> tuple[str | bytes | None, ...]:
     """One text-protocol row: each value NULL or a length-encoded string, decoded as UTF-8
-    where `decode` says (default: every column that is not binary). The common one-byte
-    length is read inline: this runs once per cell of every snapshot row."""
-    if decode is None:
-        decode = tuple(not c.binary for c in columns)
+    where `decode` says (ResultSetReader computes it once per result set). The common
+    one-byte length is read inline: this runs once per cell of every snapshot row."""
     values: list[str | bytes | None] = []
     pos, end = 0, len(payload)
     for index, column in enumerate(columns):
