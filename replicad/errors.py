@@ -8,6 +8,7 @@ instead of a new campaign)."""
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
@@ -37,6 +38,21 @@ class ReplicadError(Exception):
                 self.context[key] = value
         self.args = (self._render(),)
         return self
+
+
+class DiskFullError(ReplicadError):
+    """A write failed because its disk (or quota) is full; names the file. Transient, unlike
+    other write failures: nothing moved past the failed write (files are replaced atomically,
+    the position only after a write is acknowledged), so once space is freed a restart
+    resumes from the stored position."""
+
+
+def write_error(
+    error: type[ReplicadError], what: str, exc: OSError, **context: object
+) -> ReplicadError:
+    """`error` for a failed write, or DiskFullError when the disk was full."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return (DiskFullError if full else error)(f"{what}: {exc.strerror}", **context)
 
 
 class ConfigError(ReplicadError):

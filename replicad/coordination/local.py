@@ -18,7 +18,7 @@ import structlog
 
 from replicad.atomic_file import write_atomically
 from replicad.binlog.position import Position
-from replicad.errors import InvalidPositionError, ReplicadError
+from replicad.errors import InvalidPositionError, ReplicadError, write_error
 from replicad.exit_codes import EXIT_CONFIG
 from replicad.process_lock import ProcessLock, holder_pid
 from replicad.source.schema import SchemaHistory
@@ -79,9 +79,8 @@ class LocalPositionStore:
         try:
             write_atomically(self.path, data)
         except OSError as exc:
-            raise PositionStoreError(
-                f"cannot write the position file: {exc.strerror}", file=str(self.path)
-            ) from None
+            what = "cannot write the position file"
+            raise write_error(PositionStoreError, what, exc, file=str(self.path)) from None
 
 
 def status_path(position_path: str | os.PathLike[str]) -> Path:

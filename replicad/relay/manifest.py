@@ -12,7 +12,7 @@ import orjson
 
 from replicad.atomic_file import write_atomically
 from replicad.binlog.position import Position
-from replicad.errors import RelayCorruptError, RelayError
+from replicad.errors import RelayCorruptError, RelayError, write_error
 
 MANIFEST = "MANIFEST"
 MANIFEST_VERSION = 1
@@ -137,9 +137,8 @@ def save_manifest(directory: Path, manifest: Manifest) -> None:
     try:
         write_atomically(path, manifest.to_bytes())
     except OSError as exc:
-        raise RelayError(
-            f"cannot write the relay manifest: {exc.strerror}", file=str(path)
-        ) from None
+        what = "cannot write the relay manifest"
+        raise write_error(RelayError, what, exc, file=str(path)) from None
 
 
 def _pos(value: Any) -> Position | None:

@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+import structlog
+
 from replicad.binlog.changes import EventRows, RowChange, TableChange
 from replicad.binlog.position import Position
+from replicad.errors import write_error
 from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import EnvelopeLines
 from replicad.sinks.event_envelope import EventEncoder
@@ -26,6 +29,8 @@ from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.value_modes import ValueMode
 
 __all__ = ["JsonLinesSink", "SinkError"]
+
+log = structlog.get_logger("replicad.sinks.stdout")
 
 
 class JsonLinesSink:
@@ -54,6 +59,8 @@ class JsonLinesSink:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._out = open(self.path, "ab")
                 self._regular = stat.S_ISREG(os.fstat(self._out.fileno()).st_mode)
+                if self._regular:
+                    _drop_torn_line(self._out, self.path)
             except OSError as exc:
                 raise SinkError(
                     f"cannot open the output file: {exc.strerror}", file=str(self.path)
@@ -87,7 +94,7 @@ class JsonLinesSink:
         try:
             self._out.write(data)
         except OSError as exc:
-            raise SinkError(f"cannot write a change: {exc.strerror}", file=self._name) from None
+            raise write_error(SinkError, "cannot write a change", exc, file=self._name) from None
 
     def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
         self._marked = seq
@@ -99,7 +106,7 @@ class JsonLinesSink:
             if self._regular:
                 os.fsync(self._out.fileno())
         except OSError as exc:
-            raise SinkError(f"cannot flush changes: {exc.strerror}", file=self._name) from None
+            raise write_error(SinkError, "cannot flush changes", exc, file=self._name) from None
         return self._marked
 
     async def wait_for_room(self) -> None:
@@ -121,9 +128,32 @@ class JsonLinesSink:
                 pass
 
     def close(self) -> None:
-        if self.path is not None:
+        if self.path is None:
+            return
+        try:
             self._out.close()
+        except OSError as exc:  # what the buffer held was never acknowledged: sent again
+            log.warning("sink_close_failed", file=self._name, error=exc.strerror)
 
     @property
     def _name(self) -> str:
         return str(self.path) if self.path else "<stdout>"
+
+
+def _drop_torn_line(out: BinaryIO, path: Path) -> None:
+    """Cut a last line without its newline: a write that failed midway (a full disk, a
+    crash) left it, and it was never acknowledged, so it comes again whole; appending after
+    it would glue two messages into one line."""
+    size = end = out.seek(0, os.SEEK_END)
+    with open(path, "rb") as reader:
+        while end > 0:
+            start = max(0, end - 65536)
+            reader.seek(start)
+            newline = reader.read(end - start).rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+    if end < size:
+        out.truncate(end)
+        log.warning("output_torn_line_dropped", file=str(path), bytes=size - end)

@@ -50,7 +50,7 @@ from replicad.binlog.changes import TableChange
 from replicad.binlog.events import QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import TableMapEvent
-from replicad.errors import ReplicadError
+from replicad.errors import ReplicadError, write_error
 from replicad.exit_codes import EXIT_CONFIG
 from replicad.source.binlog_status import binlog_status
 from replicad.source.ddl import apply_ddl, enum_set_members, is_ddl
@@ -456,9 +456,8 @@ def write_atomically(path: Path, data: bytes) -> None:
     try:
         replace_file(path, data)
     except OSError as exc:
-        raise SchemaHistoryError(
-            f"cannot write the schema history: {exc.strerror}", file=str(path)
-        ) from None
+        what = "cannot write the schema history"
+        raise write_error(SchemaHistoryError, what, exc, file=str(path)) from None
 
 
 def default_history_path(position_path: str | os.PathLike[str]) -> Path:

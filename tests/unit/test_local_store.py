@@ -10,6 +10,7 @@ import pytest
 from replicad.binlog.gtid import MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.coordination.local import LocalPositionStore, PositionStoreError
+from replicad.errors import DiskFullError
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +33,7 @@ def test_replacement_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(PositionStoreError, match="No space left"):
+    with pytest.raises(DiskFullError, match="No space left"):
         store.save(Position("b.000001", 999))
     monkeypatch.undo()
     assert store.load() == old, "a failed save leaves the previous position intact"

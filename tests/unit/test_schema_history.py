@@ -18,6 +18,7 @@ from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.parser import BinlogParser
 from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent, TableMapEvent
+from replicad.errors import DiskFullError
 from replicad.source.schema import (
     COLUMNS_SQL,
     PRIMARY_KEYS_SQL,
@@ -444,7 +445,7 @@ def test_a_failed_save_leaves_the_previous_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(SchemaHistoryError, match="No space left"):
+    with pytest.raises(DiskFullError, match="No space left"):
         h.save(path)
     monkeypatch.undo()
     assert h.dirty, "still to be saved"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from replicad.binlog.changes import RowChange
-from replicad.sinks.base import SinkError
+from replicad.errors import DiskFullError
+from replicad.exit_codes import EXIT_TEMPFAIL
 from replicad.sinks.stdout import JsonLinesSink
 
 pytestmark = pytest.mark.unit
@@ -41,5 +43,31 @@ def test_a_full_disk_is_still_an_error(tmp_path) -> None:
     sink = JsonLinesSink("/dev/full")
     sink.publish(_change())
     sink.mark(1, None, True)  # type: ignore[arg-type]
-    with pytest.raises(SinkError):
+    with pytest.raises(DiskFullError, match="/dev/full") as raised:
         sink.acked()
+    assert raised.value.exit_code == EXIT_TEMPFAIL  # freeing space and restarting resumes
+
+
+@pytest.mark.parametrize("tail", [b"", b'{"op":"c","aft', b"x" * 70000])
+def test_a_torn_last_line_is_cut_before_appending(tmp_path, tail: bytes) -> None:
+    """A write that failed midway (a full disk) left a line without its newline; it was
+    never acknowledged and comes again, so the next run cuts it instead of gluing onto it
+    (a tail longer than the 64 KiB the search reads at a time included)."""
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b'{"first":1}\n' + tail)
+    sink = JsonLinesSink(out)
+    sink.publish(_change())
+    sink.mark(1, None, True)  # type: ignore[arg-type]
+    sink.acked()
+    sink.close()
+    lines = out.read_bytes().split(b"\n")
+    assert lines[0] == b'{"first":1}' and lines[2] == b""
+    assert json.loads(lines[1])["after"] == {"id": 1}
+    assert len(lines) == 3
+
+
+def test_a_file_of_one_torn_line_is_emptied(tmp_path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b'{"op":')
+    JsonLinesSink(out).close()
+    assert out.read_bytes() == b""
