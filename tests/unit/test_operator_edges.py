@@ -73,7 +73,7 @@ import sys, time
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from replicad.service.logging import configure_logging
-from replicad.sinks.kafka_clients import kafka_client, serve_logs
+from replicad.published.kafka_clients import kafka_client, serve_logs
 configure_logging("json", "info")
 servers = sys.argv[1]
 producer = kafka_client(Producer, {"bootstrap.servers": servers})
@@ -356,8 +356,8 @@ def kafka_config(tmp_path: Path, sasl: str, producer: str = "{}") -> Path:
 
 
 def test_sasl_password_from_a_variable_or_a_file_reaches_every_client(tmp_path: Path) -> None:
+    from replicad.published.kafka_clients import shared_settings
     from replicad.sinks.kafka import producer_settings
-    from replicad.sinks.kafka_admin import shared_settings
 
     env = {"KAFKA_PASSWORD": SECRET}
     config = load_config(
