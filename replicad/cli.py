@@ -603,9 +603,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         _configure_logging(config, "warning", one_shot=True)
         if args.action == "request":
             result = snapshots.request_snapshot(
-                config, config.source.resolve_password(), args.table, args.where,
+                config,
+                config.source.resolve_password(),
+                args.table,
+                args.where,
                 args.chunk_rows,
-            )  # fmt: skip
+            )
             request = result["request"]
             text = (
                 f"{request['id']}: {request['table']} queued ({result['queued_as']}), chunks "
