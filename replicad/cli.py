@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeAlias
 
 import replicad
 from replicad.dump_view import DumpHistory, dump_input
@@ -71,12 +71,40 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+# One function per command adds its subparser; build_parser lists them in the order of
+# `replicad --help`.
+_Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"  # subparsers are _Parser too: 64
+_CONFIG_HELP = "YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="replicad", description="MySQL/MariaDB replica that publishes row changes."
     )
     parser.add_argument("--version", action="version", version=f"replicad {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
+    operator = _operator_options()
+    _add_dump(commands)
+    _add_run(commands)
+    _add_check(commands)
+    _add_status(commands)
+    _add_position(commands, operator)
+    _add_snapshot(commands, operator)
+    _add_invalidate(commands)
+    _add_spark(commands, operator)
+    _add_relay(commands)
+    return parser
+
+
+def _operator_options() -> _Parser:
+    """-c and --json, the parent of every subcommand of position, snapshot and spark."""
+    options = _Parser(add_help=False)
+    options.add_argument("-c", "--config", help=_CONFIG_HELP)
+    options.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return options
+
+
+def _add_dump(commands: _Commands) -> None:
     dump = commands.add_parser(
         "dump",
         help="decode binlog files or relay segments and print JSON lines",
@@ -117,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.set_defaults(func=cmd_dump)
 
+
+def _add_run(commands: _Commands) -> None:
     run = commands.add_parser(
         "run",
         help="stream changes from the primary",
@@ -138,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
+
+def _add_check(commands: _Commands) -> None:
     check = commands.add_parser(
         "check",
         help="preflight every dependency the config names: the primary (connectivity, binlog "
@@ -149,11 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
             "78 for a configuration error, else 0."
         ),
     )
-    check.add_argument(
-        "-c",
-        "--config",
-        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)",
-    )
+    check.add_argument("-c", "--config", help=_CONFIG_HELP)
     check.add_argument(
         "--json",
         action="store_true",
@@ -161,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(func=cmd_check)
 
+
+def _add_status(commands: _Commands) -> None:
     status = commands.add_parser(
         "status",
         help="each pipeline's leader, epoch, position, lag and last error",
@@ -169,14 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
             "configured (every pipeline of the cluster), else from the local position file."
         ),
     )
-    status.add_argument(
-        "-c",
-        "--config",
-        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)",
-    )
+    status.add_argument("-c", "--config", help=_CONFIG_HELP)
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(func=cmd_status)
 
+
+def _add_position(commands: _Commands, operator: _Parser) -> None:
     position = commands.add_parser(
         "position",
         help="show, set or reset the stored position",
@@ -189,19 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
             "stopped."
         ),
     )
-    common = _Parser(add_help=False)
-    common.add_argument(
-        "-c",
-        "--config",
-        help="YAML config file (default: $REPLICAD_CONFIG, else built-in defaults)",
-    )
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
     actions = position.add_subparsers(dest="action", required=True)
-    actions.add_parser("show", help="print the stored position", parents=[common])
-    set_ = actions.add_parser("set", help="set the position to VALUE", parents=[common])
+    actions.add_parser("show", help="print the stored position", parents=[operator])
+    set_ = actions.add_parser("set", help="set the position to VALUE", parents=[operator])
     set_.add_argument("value", metavar="VALUE")
     reset = actions.add_parser(
-        "reset", help="set the position to source.start of the config", parents=[common]
+        "reset", help="set the position to source.start of the config", parents=[operator]
     )
     for action in (set_, reset):
         action.add_argument(
@@ -215,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
     position.set_defaults(func=cmd_position)
 
+
+def _add_snapshot(commands: _Commands, operator: _Parser) -> None:
     snapshot = commands.add_parser(
         "snapshot",
         help="request, follow or cancel incremental snapshots of tables",
@@ -225,24 +248,24 @@ def build_parser() -> argparse.ArgumentParser:
             "(table, --where, signal table and grant); nothing is queued when it fails."
         ),
     )
-    snapshot_actions = snapshot.add_subparsers(dest="action", required=True)
-    request = snapshot_actions.add_parser(
-        "request", help="queue a snapshot of DB.TABLE", parents=[common]
-    )
+    actions = snapshot.add_subparsers(dest="action", required=True)
+    request = actions.add_parser("request", help="queue a snapshot of DB.TABLE", parents=[operator])
     request.add_argument("table", metavar="DB.TABLE")
     request.add_argument("--where", help="an SQL condition: only the rows it selects")
     request.add_argument(
         "--chunk-rows", type=int, help="rows per chunk (default: snapshot.chunk_rows)"
     )
-    snapshot_actions.add_parser(
-        "status", help="the active, queued and finished snapshots", parents=[common]
+    actions.add_parser(
+        "status", help="the active, queued and finished snapshots", parents=[operator]
     )
-    cancel = snapshot_actions.add_parser(
-        "cancel", help="cancel a snapshot (default: all of them)", parents=[common]
+    cancel = actions.add_parser(
+        "cancel", help="cancel a snapshot (default: all of them)", parents=[operator]
     )
     cancel.add_argument("id", nargs="?", metavar="ID", help="the request id (snap-...)")
     snapshot.set_defaults(func=cmd_snapshot)
 
+
+def _add_invalidate(commands: _Commands) -> None:
     invalidate = commands.add_parser(
         "invalidate",
         help="invalidate cache keys in Redis from the change topics",
@@ -261,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     invalidate.set_defaults(func=cmd_invalidate)
 
+
+def _add_spark(commands: _Commands, operator: _Parser) -> None:
     spark = commands.add_parser(
         "spark",
         help="run a Spark job over the pipeline's change topics",
@@ -270,21 +295,21 @@ def build_parser() -> argparse.ArgumentParser:
             "spark-submit says otherwise. Needs the spark extra: pip install replicad[spark]."
         ),
     )
-    spark_jobs = spark.add_subparsers(dest="job", required=True)
-    materialize = spark_jobs.add_parser(
+    jobs = spark.add_subparsers(dest="job", required=True)
+    materialize = jobs.add_parser(
         "materialize",
         help="keep one lake table per source table equal to it (Parquet)",
-        parents=[common],
+        parents=[operator],
         description=(
             "Stream every table spark.tables takes into spark.lake_path/<db>/<table>: the "
             "current row per primary key, versions switched atomically, offsets in "
             "spark.checkpoint_path. Stops cleanly on SIGTERM/SIGINT."
         ),
     )
-    changes = spark_jobs.add_parser(
+    changes = jobs.add_parser(
         "changes",
         help="append every change to Parquet by db, table and commit date",
-        parents=[common],
+        parents=[operator],
         description=(
             "Stream every table spark.tables takes into spark.changes_path/db=<db>/table=<table>"
             "/date=<commit date>/ (Parquet, Spark's file sink: each topic record once across "
@@ -295,10 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
         job.add_argument(
             "--once", action="store_true", help="take what the topics hold now, then exit"
         )
-    verify = spark_jobs.add_parser(
+    verify = jobs.add_parser(
         "verify",
         help="compare every lake table with its live MySQL table (exit 1 on a difference)",
-        parents=[common],
+        parents=[operator],
         description=(
             "Checksums per primary-key range on MySQL (through JDBC and MariaDB Connector/J) "
             "and on the lake table, row diffs where they differ, at a known binlog position: "
@@ -310,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         job.add_argument("--master", help="Spark master URL (default: spark.master)")
     spark.set_defaults(func=cmd_spark)
 
+
+def _add_relay(commands: _Commands) -> None:
     relay = commands.add_parser(
         "relay",
         help="look at the local relay log",
@@ -318,8 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
             "replicad dump RELAY_DIR."
         ),
     )
-    relay_actions = relay.add_subparsers(dest="action", required=True)
-    inspect = relay_actions.add_parser(
+    actions = relay.add_subparsers(dest="action", required=True)
+    inspect = actions.add_parser(
         "inspect",
         help="list the segments, the durable position and the relay's health",
         description=(
@@ -334,7 +361,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify", action="store_true", help="read every segment and check every record"
     )
     relay.set_defaults(func=cmd_relay)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -577,9 +603,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         _configure_logging(config, "warning", one_shot=True)
         if args.action == "request":
             result = snapshots.request_snapshot(
-                config, config.source.resolve_password(), args.table, args.where,
+                config,
+                config.source.resolve_password(),
+                args.table,
+                args.where,
                 args.chunk_rows,
-            )  # fmt: skip
+            )
             request = result["request"]
             text = (
                 f"{request['id']}: {request['table']} queued ({result['queued_as']}), chunks "

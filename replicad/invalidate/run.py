@@ -38,9 +38,8 @@ from replicad.invalidate.redis_target import (
 )
 from replicad.invalidate.rules import Plan, RuleSet
 from replicad.log_limit import EveryInterval
+from replicad.published.kafka_clients import kafka_client, shared_settings
 from replicad.published.topics import TopicNames
-from replicad.sinks.kafka_admin import shared_settings
-from replicad.sinks.kafka_clients import kafka_client
 
 try:  # the `invalidate` extra
     import redis

@@ -57,8 +57,13 @@ TIME_PRECISION_MODES = ("adaptive_time_microseconds", "connect")
 # Accepted by Debezium (the connector properties list isostring and structured, the temporal
 # types section microseconds and nanoseconds; adaptive is deprecated) but not implemented here:
 # refused by name rather than taken for a mode they are not.
-UNSUPPORTED_TIME_PRECISION_MODES = ("adaptive", "isostring", "microseconds", "nanoseconds",
-                                    "structured")  # fmt: skip
+UNSUPPORTED_TIME_PRECISION_MODES = (
+    "adaptive",
+    "isostring",
+    "microseconds",
+    "nanoseconds",
+    "structured",
+)
 BINARY_HANDLING_MODES = ("bytes", "base64", "base64-url-safe", "hex")
 BIGINT_UNSIGNED_HANDLING_MODES = ("long", "precise")
 
@@ -106,22 +111,27 @@ class DebeziumOptions:
             value = getattr(self, field)
             debezium_name = field.replace("_", ".")
             if not isinstance(value, str):
-                raise ConfigError(f"{field} ({debezium_name}) must be a string", key=field,
-                                  value=repr(value))  # fmt: skip
+                raise ConfigError(
+                    f"{field} ({debezium_name}) must be a string", key=field, value=repr(value)
+                )
             normal = value.strip().lower()
             if normal in allowed:
                 object.__setattr__(self, field, normal)
                 continue
             if field == "time_precision_mode" and normal in UNSUPPORTED_TIME_PRECISION_MODES:
-                reason = (f"{field} ({debezium_name}) {normal!r} is a Debezium mode replicad "
-                          f"does not implement; use one of {', '.join(allowed)}")  # fmt: skip
+                reason = (
+                    f"{field} ({debezium_name}) {normal!r} is a Debezium mode replicad "
+                    f"does not implement; use one of {', '.join(allowed)}"
+                )
             else:
                 reason = f"{field} ({debezium_name}) must be one of {', '.join(allowed)}"
             raise ConfigError(reason, key=field, value=value)
         if not isinstance(self.enable_time_adjuster, bool):
-            raise ConfigError("enable_time_adjuster (enable.time.adjuster) must be true or false",
-                              key="enable_time_adjuster",
-                              value=repr(self.enable_time_adjuster))  # fmt: skip
+            raise ConfigError(
+                "enable_time_adjuster (enable.time.adjuster) must be true or false",
+                key="enable_time_adjuster",
+                value=repr(self.enable_time_adjuster),
+            )
 
 
 # --------------------------------------------------------------------------- value encoders
@@ -134,8 +144,9 @@ def value_encoder(sql: SqlType, options: DebeziumOptions, *, nullable: bool) -> 
     in a NOT NULL JSON column where it can only be the JSON literal null."""
     build = _ENCODERS.get(sql.data_type)
     if build is None:
-        raise DebeziumEncodingError(f"no Debezium encoding for column type {sql.data_type}",
-                                    type=sql.sql())  # fmt: skip
+        raise DebeziumEncodingError(
+            f"no Debezium encoding for column type {sql.data_type}", type=sql.sql()
+        )
     encode = build(sql, options, nullable)
     if sql.data_type == "json" and not nullable:
         return encode  # None here is the document `null`, whose text is "null"
@@ -194,8 +205,9 @@ def _unscaled(value: Decimal, scale: int) -> int:
     shift = exponent + scale
     if shift < 0:
         # The binlog gives every value the column's scale; more digits would need rounding.
-        raise DebeziumEncodingError(f"DECIMAL value has more than {scale} digits after the point",
-                                    value=str(value))  # fmt: skip
+        raise DebeziumEncodingError(
+            f"DECIMAL value has more than {scale} digits after the point", value=str(value)
+        )
     unscaled = int("".join(map(str, digits))) * 10**shift
     return -unscaled if sign else unscaled
 
@@ -289,8 +301,10 @@ def _timestamp(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encode
             return zero
         if value.utcoffset():  # the decoder gives UTC; anything else is converted
             value = value.astimezone(dt.UTC)
-        text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T"
-                f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")  # fmt: skip
+        text = (
+            f"{value.year:04d}-{value.month:02d}-{value.day:02d}T"
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+        )
         us = value.microsecond
         if fsp:
             text += "." + f"{us:06d}"[:fsp]
@@ -450,9 +464,14 @@ def _mysql_json_text(value: Any) -> str:
 # backslash, \b \t \n \f \r by name, the other C0 controls as \u00XX (upper-case hex),
 # everything from 0x20 up as is (DEL, U+2028 and non-ASCII too).
 _JSON_ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
-    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r",
-    ord('"'): '\\"', ord("\\"): "\\\\",
-}  # fmt: skip
+    0x08: "\\b",
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0C: "\\f",
+    0x0D: "\\r",
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+}
 
 
 def _json_string(text: str) -> str:
@@ -490,8 +509,11 @@ def debezium_json_text(value: Any) -> str:
     if kind is str:
         return _json_string(value)
     if kind is dict:
-        return "{" + ",".join(_json_string(k) + ":" + debezium_json_text(v)
-                              for k, v in value.items()) + "}"  # fmt: skip
+        return (
+            "{"
+            + ",".join(_json_string(k) + ":" + debezium_json_text(v) for k, v in value.items())
+            + "}"
+        )
     if kind is list or kind is tuple:
         return "[" + ",".join(debezium_json_text(v) for v in value) + "]"
     if value is None or value is jsonb.JSON_NULL:
@@ -530,8 +552,9 @@ def _vector(sql: SqlType, options: DebeziumOptions, nullable: bool) -> Encoder:
             return value  # already the shortest decimal of each float32
         # The decoder gives bytes when the length is not a multiple of 4; the connector
         # writes null with a warning. Refused instead: an array of floats cannot hold them.
-        raise DebeziumEncodingError("a VECTOR value is not a whole number of float32",
-                                    length=len(value))  # fmt: skip
+        raise DebeziumEncodingError(
+            "a VECTOR value is not a whole number of float32", length=len(value)
+        )
 
     return as_floats
 
@@ -642,11 +665,13 @@ def _schema_of(sql: SqlType, options: DebeziumOptions) -> _Schema:
     if kind == "bit":
         if sql.precision == 1:
             return _Schema("boolean")
-        return _Schema("bytes", "io.debezium.data.Bits", 1,
-                       parameters={"length": str(sql.precision)})  # fmt: skip
+        return _Schema(
+            "bytes", "io.debezium.data.Bits", 1, parameters={"length": str(sql.precision)}
+        )
     if kind == "date":
-        return _Schema("int32", "org.apache.kafka.connect.data.Date" if connect
-                       else "io.debezium.time.Date", 1)  # fmt: skip
+        return _Schema(
+            "int32", "org.apache.kafka.connect.data.Date" if connect else "io.debezium.time.Date", 1
+        )
     if kind == "time":
         if connect:
             return _Schema("int32", "org.apache.kafka.connect.data.Time", 1)
@@ -668,22 +693,27 @@ def _schema_of(sql: SqlType, options: DebeziumOptions) -> _Schema:
     if kind == "enum":
         return _Schema("string", "io.debezium.data.Enum", 1, parameters=_allowed(sql.members))
     if kind == "set":
-        return _Schema("string", "io.debezium.data.EnumSet", 1,
-                       parameters=_allowed(sql.members))  # fmt: skip
+        return _Schema("string", "io.debezium.data.EnumSet", 1, parameters=_allowed(sql.members))
     if kind == "json":
         return _Schema("string", "io.debezium.data.Json", 1)
     if kind == "geometry":
         # The struct's builder marks itself optional, so the field is optional even for a
         # NOT NULL column; it carries a doc. Version 1 with the two documented fields.
         return _Schema(
-            "struct", "io.debezium.data.geometry.Geometry", 1, doc="Geometry",
-            fields=[{"type": "bytes", "optional": False, "field": "wkb"},
-                    {"type": "int32", "optional": True, "field": "srid"}],
+            "struct",
+            "io.debezium.data.geometry.Geometry",
+            1,
+            doc="Geometry",
+            fields=[
+                {"type": "bytes", "optional": False, "field": "wkb"},
+                {"type": "int32", "optional": True, "field": "srid"},
+            ],
             always_optional=True,
-        )  # fmt: skip
+        )
     if kind == "vector":
-        return _Schema("array", "io.debezium.data.FloatVector", 1,
-                       items={"type": "float", "optional": False})  # fmt: skip
+        return _Schema(
+            "array", "io.debezium.data.FloatVector", 1, items={"type": "float", "optional": False}
+        )
     raise DebeziumEncodingError(f"no Debezium encoding for column type {kind}", type=sql.sql())
 
 

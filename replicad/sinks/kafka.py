@@ -37,6 +37,7 @@ from replicad.binlog.column_types import TableDescription
 from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
+from replicad.published.kafka_clients import kafka_client
 from replicad.sinks.base import (
     DeliveryTracker,
     DeliveryUnit,
@@ -54,7 +55,6 @@ from replicad.sinks.envelope import (
 )
 from replicad.sinks.event_envelope import EventEncoder
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
-from replicad.sinks.kafka_clients import kafka_client
 from replicad.sinks.producer_child import ROW_HEADER
 from replicad.sinks.producer_pool import ProducerPool
 from replicad.sinks.routing import ChangeFilter, KafkaRouting

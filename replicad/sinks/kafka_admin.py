@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from replicad.binlog.position import Position
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
+from replicad.published.kafka_clients import kafka_client, serve_logs, shared_settings
 from replicad.sinks.base import SinkError
-from replicad.sinks.kafka_clients import kafka_client, serve_logs
 
 log = structlog.get_logger("replicad.sinks.kafka")
 
@@ -34,14 +34,6 @@ _REFUSED = {
 # a KRaft cluster shutting down or starting refuses it the same way ("All brokers are
 # currently fenced", "only 1 broker(s) are registered") for as long as that takes.
 REPLICATION_REFUSED_GRACE_S = 120.0
-
-
-def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
-    """Security and connection settings the admin and consumer clients need as well (with
-    the `sasl` block's password, read now: a ConfigError names the key when it cannot be)."""
-    prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns")
-    settings = {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
-    return {**settings, **config.client_settings()}
 
 
 class Topics:

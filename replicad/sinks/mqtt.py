@@ -87,9 +87,12 @@ class MqttSink:
                 before_f, after_f = self._filtered(change)
                 now_ms = int(time.time() * 1000)
                 payload = self.writer.value(
-                    change, op, None if before is None else before_f,
-                    None if after is None else after_f, now_ms,
-                )  # fmt: skip
+                    change,
+                    op,
+                    None if before is None else before_f,
+                    None if after is None else after_f,
+                    now_ms,
+                )
             else:
                 row = before if op == "d" else after
                 if self.filter is not None:
@@ -99,11 +102,21 @@ class MqttSink:
                     if change.primary_key
                     else None
                 )
-                payload = orjson.dumps({
-                    "op": op, "db": change.db, "table": change.table, "key": key,
-                    "source": {"file": change.file, "pos": change.pos, "row": change.row,
-                               "gtid": change.gtid, "ts_ms": change.ts_ms},
-                })  # fmt: skip
+                payload = orjson.dumps(
+                    {
+                        "op": op,
+                        "db": change.db,
+                        "table": change.table,
+                        "key": key,
+                        "source": {
+                            "file": change.file,
+                            "pos": change.pos,
+                            "row": change.row,
+                            "gtid": change.gtid,
+                            "ts_ms": change.ts_ms,
+                        },
+                    }
+                )
             self._enqueue(topic, payload)
 
     async def publish_table(self, change: TableChange) -> None:
@@ -114,11 +127,21 @@ class MqttSink:
         if self.config.envelope:  # the value Kafka gets for it, as for the rows
             payload = self.writer.truncate(change, int(time.time() * 1000))
         else:
-            payload = orjson.dumps({
-                "op": "t", "db": change.db, "table": change.table, "key": None,
-                "source": {"file": change.file, "pos": change.pos, "row": 0,
-                           "gtid": change.gtid, "ts_ms": change.ts_ms},
-            })  # fmt: skip
+            payload = orjson.dumps(
+                {
+                    "op": "t",
+                    "db": change.db,
+                    "table": change.table,
+                    "key": None,
+                    "source": {
+                        "file": change.file,
+                        "pos": change.pos,
+                        "row": 0,
+                        "gtid": change.gtid,
+                        "ts_ms": change.ts_ms,
+                    },
+                }
+            )
         self._enqueue(self._topic(change.db, change.table), payload)
 
     def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
@@ -151,9 +174,14 @@ class MqttSink:
                 # frozen) shows here: the pipeline has stopped reading. Short waits are the
                 # normal pace of a small max_in_flight and are not logged.
                 logged = True
-                log.warning("mqtt_backpressure", host=self.config.host, port=self.config.port,
-                            unacknowledged=len(self._unacked), queued=len(self._queue),
-                            max_in_flight=self.config.max_in_flight)  # fmt: skip
+                log.warning(
+                    "mqtt_backpressure",
+                    host=self.config.host,
+                    port=self.config.port,
+                    unacknowledged=len(self._unacked),
+                    queued=len(self._queue),
+                    max_in_flight=self.config.max_in_flight,
+                )
 
     async def maintain(self) -> None:
         self._start()
@@ -246,8 +274,9 @@ class MqttSink:
             try:
                 async with self._client() as client:
                     if self.reconnects:
-                        log.info("mqtt_reconnected", host=self.config.host,
-                                 resent=len(self._unacked))  # fmt: skip
+                        log.info(
+                            "mqtt_reconnected", host=self.config.host, resent=len(self._unacked)
+                        )
                     delay = self.config.reconnect_initial_s
                     await self._session(client)
             except aiomqtt.MqttCodeError as exc:
@@ -262,9 +291,11 @@ class MqttSink:
                     # rather than reconnecting for ever.
                     self.tracker.failure = SinkError(
                         f"the MQTT broker's TLS certificate was refused: {exc}",
-                        host=self.config.host, port=self.config.port,
-                        tls_ca=self.config.tls_ca, key="sinks.mqtt",
-                    )  # fmt: skip
+                        host=self.config.host,
+                        port=self.config.port,
+                        tls_ca=self.config.tls_ca,
+                        key="sinks.mqtt",
+                    )
                     self._events()[1].set()
                     return
                 await self._backoff(exc, delay)
@@ -276,8 +307,14 @@ class MqttSink:
         pending = [self._unacked[k] for k in sorted(self._unacked)]
         self._unacked.clear()
         self._queue.extendleft(reversed(pending))
-        log.warning("mqtt_unavailable", host=self.config.host, port=self.config.port,
-                    error=str(exc), retry_s=delay, unacknowledged=len(pending))  # fmt: skip
+        log.warning(
+            "mqtt_unavailable",
+            host=self.config.host,
+            port=self.config.port,
+            error=str(exc),
+            retry_s=delay,
+            unacknowledged=len(pending),
+        )
         await asyncio.sleep(delay)
 
     async def _session(self, client: aiomqtt.Client) -> None:
@@ -338,5 +375,8 @@ def _refused(config: MqttSinkConfig, exc: Exception) -> SinkError:
     """Wrong credentials or not authorised: exit 78, an operator must act."""
     return SinkError(
         f"the MQTT broker refused the connection: {exc}",
-        host=config.host, port=config.port, username=config.username, key="sinks.mqtt",
-    )  # fmt: skip
+        host=config.host,
+        port=config.port,
+        username=config.username,
+        key="sinks.mqtt",
+    )

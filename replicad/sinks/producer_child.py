@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from replicad.sinks.kafka_clients import kafka_client
+from replicad.published.kafka_clients import kafka_client
 
 LENGTH = struct.Struct("<I")
 ROW_HEADER = "replicad.row"  # the header the Kafka sink writes too (sinks/kafka.py)

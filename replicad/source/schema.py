@@ -95,8 +95,20 @@ def table_changes(
 
     def change(kind: str, key: Key, before: Any, after: Any) -> TableChange:
         ts_ms = header.timestamp * 1000
-        return TableChange(kind, key[0], key[1], outcome.sql, before, after, file, header.pos,
-                           gtid, header.server_id, ts_ms, event.thread_id)  # fmt: skip
+        return TableChange(
+            kind,
+            key[0],
+            key[1],
+            outcome.sql,
+            before,
+            after,
+            file,
+            header.pos,
+            gtid,
+            header.server_id,
+            ts_ms,
+            event.thread_id,
+        )
 
     out = [change("truncate", key, None, None) for key in outcome.truncated]
     kind = outcome.verb.lower()
@@ -157,8 +169,13 @@ def _short(sql: str, limit: int = 2000) -> str:
 
 
 class SchemaHistory:
-    def __init__(self, tables: Iterable[TableSchema] = (), position: Position | None = None,
-                 *, window_end: Position | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tables: Iterable[TableSchema] = (),
+        position: Position | None = None,
+        *,
+        window_end: Position | None = None,
+    ) -> None:
         self._base: dict[Key, TableSchema] = {(t.schema, t.table): t for t in tables}
         self.base_position = position
         self.window_end = window_end  # the binlog end when the snapshot was read
@@ -206,8 +223,12 @@ class SchemaHistory:
 
     # ------------------------------------------------------------------- DDL
 
-    def apply(self, statement: QueryEvent | str, default_schema: str | None = None,
-              position: Position | None = None) -> list[Key]:  # fmt: skip
+    def apply(
+        self,
+        statement: QueryEvent | str,
+        default_schema: str | None = None,
+        position: Position | None = None,
+    ) -> list[Key]:
         """Follow one statement; returns the tables it changed. Without `position` the change
         is staged until `commit(position)` (the daemon applies a QUERY when it is read); with
         it, the change is committed at `position` at once. Never raises for a statement."""
@@ -234,9 +255,13 @@ class SchemaHistory:
     def _execute(self, sql: str, default: str, escapes: bool) -> StatementOutcome:
         effect = apply_ddl(sql, self, default, escapes=escapes)
         if effect.unparsed is not None:
-            log.warning("schema_ddl_unparsed", statement=_short(sql), schema=default,
-                        reason=effect.unparsed,
-                        tables_now_unknown=[".".join(k) for k in effect.changes])  # fmt: skip
+            log.warning(
+                "schema_ddl_unparsed",
+                statement=_short(sql),
+                schema=default,
+                reason=effect.unparsed,
+                tables_now_unknown=[".".join(k) for k in effect.changes],
+            )
         for event, detail in effect.notes:
             log.warning(event, table=detail, statement=_short(sql))
         changes = {k: v for k, v in effect.changes.items() if self._tables.get(k) != v}
@@ -254,9 +279,11 @@ class SchemaHistory:
         self._folded_index = None
         self._staged_keys.update(changes)
         self._staged_statements.append(sql)
-        log.info("schema_ddl_applied", statement=_short(sql, 500),
-                 tables={".".join(k): None if v is None else v.column_names
-                         for k, v in changes.items()})  # fmt: skip
+        log.info(
+            "schema_ddl_applied",
+            statement=_short(sql, 500),
+            tables={".".join(k): None if v is None else v.column_names for k, v in changes.items()},
+        )
         return outcome
 
     def commit(self, position: Position) -> None:
@@ -267,10 +294,13 @@ class SchemaHistory:
         self._entries.append(_Entry(position, tuple(self._staged_statements), tables))
         if self.window_end is not None:
             if at_or_before(position, self.window_end):
-                log.warning("schema_ddl_in_snapshot_window", position=str(position),
-                            snapshot_end=str(self.window_end),
-                            statements=[_short(s, 500) for s in self._staged_statements],
-                            note="the snapshot may hold it; applied idempotently")  # fmt: skip
+                log.warning(
+                    "schema_ddl_in_snapshot_window",
+                    position=str(position),
+                    snapshot_end=str(self.window_end),
+                    statements=[_short(s, 500) for s in self._staged_statements],
+                    note="the snapshot may hold it; applied idempotently",
+                )
             else:
                 self.window_end = None
         self._staged_from = None
@@ -321,9 +351,14 @@ class SchemaHistory:
             reason = named
         if (key, table) not in self._warned:  # once per table version, not per transaction
             self._warned.add((key, table))
-            log.warning("schema_mismatch", db=key[0], table=key[1], reason=reason,
-                        history_columns=None if table is None else table.column_names,
-                        note="its columns stay @1, @2, ...")  # fmt: skip
+            log.warning(
+                "schema_mismatch",
+                db=key[0],
+                table=key[1],
+                reason=reason,
+                history_columns=None if table is None else table.column_names,
+                note="its columns stay @1, @2, ...",
+            )
         return table_map
 
     # ------------------------------------------------------------- persistence
@@ -387,14 +422,16 @@ class SchemaHistory:
         base = data["base"]
         base_position = None if base["position"] is None else Position.from_json(base["position"])
         window = None if base.get("window_end") is None else Position.from_json(base["window_end"])
-        history = cls([TableSchema.from_json(t) for t in base["tables"]], base_position,
-                      window_end=window)  # fmt: skip
+        history = cls(
+            [TableSchema.from_json(t) for t in base["tables"]], base_position, window_end=window
+        )
         if base_position is not None and at_or_before(base_position, position) is False:
             raise SchemaHistoryAheadError(
                 "the schema history starts after the stored position (was the position moved "
                 "back?), so it cannot describe the tables there",
-                base=str(base_position), position=str(position),
-            )  # fmt: skip
+                base=str(base_position),
+                position=str(position),
+            )
         dropped = 0
         for raw in data["entries"]:
             entry_position = Position.from_json(raw["position"])
@@ -403,13 +440,18 @@ class SchemaHistory:
                 dropped += 1  # after the stored position: the stream will bring it again
                 continue
             if order is None:
-                log.warning("schema_history_position_incomparable", entry=str(entry_position),
-                            position=str(position))  # fmt: skip
+                log.warning(
+                    "schema_history_position_incomparable",
+                    entry=str(entry_position),
+                    position=str(position),
+                )
             tables = tuple(
-                ((t["schema"], t["table"]),
-                 None if t["definition"] is None else TableSchema.from_json(t["definition"]))
+                (
+                    (t["schema"], t["table"]),
+                    None if t["definition"] is None else TableSchema.from_json(t["definition"]),
+                )
                 for t in raw["tables"]
-            )  # fmt: skip
+            )
             history._entries.append(_Entry(entry_position, tuple(raw["statements"]), tables))
             for key, table in tables:
                 if table is None:
@@ -417,8 +459,13 @@ class SchemaHistory:
                 else:
                     history._tables[key] = table
         history.dirty = dropped > 0
-        log.info("schema_history_loaded", tables=len(history), entries=history.entries,
-                 dropped_after_position=dropped, position=str(position))  # fmt: skip
+        log.info(
+            "schema_history_loaded",
+            tables=len(history),
+            entries=history.entries,
+            dropped_after_position=dropped,
+            position=str(position),
+        )
         return history
 
     @classmethod
@@ -443,8 +490,9 @@ class SchemaHistory:
             if data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
                 raise SchemaHistoryError(
                     f"schema history has an unknown format (expected {FORMAT} "
-                    f"version {FORMAT_VERSION})", **where
-                )  # fmt: skip
+                    f"version {FORMAT_VERSION})",
+                    **where,
+                )
             return cls.from_json(data, position)
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
             raise SchemaHistoryError(
@@ -556,6 +604,10 @@ async def snapshot(conn: Any, position: Position) -> SchemaHistory:
         window_end=window_end,
     )
     history.dirty = True
-    log.info("schema_snapshot", tables=len(history), position=str(position),
-             binlog_moved_to=None if window_end is None else str(window_end))  # fmt: skip
+    log.info(
+        "schema_snapshot",
+        tables=len(history),
+        position=str(position),
+        binlog_moved_to=None if window_end is None else str(window_end),
+    )
     return history

@@ -28,8 +28,8 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from replicad.config import Config
 from replicad.consumers.typed import TypedSchema
 from replicad.errors import ConfigError, ReplicadError
+from replicad.published.kafka_clients import shared_settings
 from replicad.published.topics import TopicNames
-from replicad.sinks.kafka_admin import shared_settings
 from replicad.spark.kafka_source import (
     ReplicadKafkaSource,
     Settings,

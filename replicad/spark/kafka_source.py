@@ -38,8 +38,8 @@ from pyspark.sql.types import StructType
 
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ReplicadError
+from replicad.published.kafka_clients import kafka_client
 from replicad.published.topics import DEFAULT_SCHEMA_TOPIC, DEFAULT_TABLE_TOPIC, TopicNames
-from replicad.sinks.kafka_clients import kafka_client
 from replicad.spark.types import change_row, change_schema, row_converter, row_struct
 
 POLL_S = 1.0

@@ -230,17 +230,20 @@ def connector_j_tls(config: Config) -> dict[str, str]:
         raise ConfigError(
             f"source.tls is {tls.mode}{' with a client certificate' if tls.cert else ''}, and "
             "MySQL Connector/J reads certificates only from Java key stores: give "
-            + " and ".join(missing) + " (a file: URL) in this key",
+            + " and ".join(missing)
+            + " (a file: URL) in this key",
             key="spark.verify_jdbc_properties",
-        )  # fmt: skip
+        )
     return properties
 
 
 def _check_jar(key: str, jar: Path, driver: str | None) -> None:
     if not jar.is_file():
-        hint = "Debian: apt install libmariadb-java" if key == "jdbc_driver_jar" else (
-            f"in a replicad checkout `{FETCH_COMMAND}` fetches it"
-        )  # fmt: skip
+        hint = (
+            "Debian: apt install libmariadb-java"
+            if key == "jdbc_driver_jar"
+            else f"in a replicad checkout `{FETCH_COMMAND}` fetches it"
+        )
         raise ConfigError(
             f"verify's JDBC driver jar is not there ({hint})", key=f"spark.{key}", value=str(jar)
         )
@@ -367,8 +370,10 @@ class Verifier:
             if time.monotonic() > deadline:
                 raise VerifyError(
                     "replicad's stored position did not reach the position verified at",
-                    table=table, stored=stored, position=position,
-                )  # fmt: skip
+                    table=table,
+                    stored=stored,
+                    position=position,
+                )
             time.sleep(WAIT_POLL_S)
         settings = Settings.of(self.source.options(table))
         ends = {str(r.partition): r.end for r in topic_ranges(settings, None) if r.end > r.start}
@@ -380,8 +385,10 @@ class Verifier:
                 raise VerifyError(
                     "the materialize job has not applied the change topic up to the position "
                     "verified at (is it running?)",
-                    table=table, topic_ends=ends, committed=committed,
-                )  # fmt: skip
+                    table=table,
+                    topic_ends=ends,
+                    committed=committed,
+                )
             time.sleep(WAIT_POLL_S)
 
     # ------------------------------------------------------------------ one table
@@ -409,8 +416,13 @@ class Verifier:
             raise VerifyError("a table without a primary key cannot be verified", table=table)
         by_name = {c["name"]: c for c in columns}
         key = [by_name[k] for k in key_names]
-        lake = LakeTable(self.spark, self.lake_path(table), key_names, table_struct(versions),
-                         self.settings.buckets)  # fmt: skip
+        lake = LakeTable(
+            self.spark,
+            self.lake_path(table),
+            key_names,
+            table_struct(versions),
+            self.settings.buckets,
+        )
         db, _, name = table.partition(".")
         source_table = f"{quote_name(db)}.{quote_name(name)}"
         deadline = time.monotonic() + timeout_s
@@ -441,9 +453,14 @@ class Verifier:
             if mysql_sums.get(r, (0, 0)) != lake_sums.get(r, (0, 0))
         )
         report.ranges_differing = len(pending)
-        log.info("verify_checksums", table=table, ranges=partitioning.count,
-                 differing=len(pending), rows_mysql=report.rows_mysql,
-                 rows_lake=report.rows_lake)  # fmt: skip
+        log.info(
+            "verify_checksums",
+            table=table,
+            ranges=partitioning.count,
+            differing=len(pending),
+            rows_mysql=report.rows_mysql,
+            rows_lake=report.rows_lake,
+        )
         unsettled: DataFrame | None = None
         again: DataFrame | None = None  # the keys to look at again (None: every key)
         positions = {c["name"]: i for i, c in enumerate(columns)}
@@ -472,8 +489,7 @@ class Verifier:
             pending = sorted(
                 int(r["_range"]) for r in unsettled.select("_range").distinct().collect()
             )
-            log.info("verify_round", table=table, round=report.rounds,
-                     ranges_again=len(pending))  # fmt: skip
+            log.info("verify_round", table=table, round=report.rounds, ranges_again=len(pending))
             if pending and report.rounds < self.settings.verify_rounds:
                 diff.unpersist()
                 mysql_rows.unpersist()
@@ -613,9 +629,9 @@ class Verifier:
         differs = [
             F.when(~F.col(f"m{c}").eqNullSafe(F.col(f"l{c}")), F.lit(names[c])) for c in others
         ]
-        differing = F.array_compact(F.array(*differs)) if differs else F.array().cast(
-            "array<string>"
-        )  # fmt: skip
+        differing = (
+            F.array_compact(F.array(*differs)) if differs else F.array().cast("array<string>")
+        )
         changed_before = F.struct(F.col(FILE).alias("f"), F.col(POS).alias("p")) < F.struct(
             F.lit(before[0]).alias("f"), F.lit(before[1]).cast("bigint").alias("p")
         )

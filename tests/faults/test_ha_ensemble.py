@@ -80,9 +80,15 @@ def test_member_restarts_and_quorum_loss(
     workers = []
     for i in range(2):
         worker = HaReplicad(
-            tmp_path, f"z{i}", 0, root, server_id=7420, prefix=prefix, kafka=kafka,
+            tmp_path,
+            f"z{i}",
+            0,
+            root,
+            server_id=7420,
+            prefix=prefix,
+            kafka=kafka,
             pipeline=pipeline,
-        )  # fmt: skip
+        )
         worker.zk_env["REPLICAD_COORDINATION__ZOOKEEPER__HOSTS"] = ensemble.hosts
         workers.append(worker)
     windows: list[tuple[tuple[str, int], tuple[str, int]]] = []

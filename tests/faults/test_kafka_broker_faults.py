@@ -235,9 +235,14 @@ def test_exactly_once_coordinator_killed_during_commits(shop, healthy_cluster, t
     prefix = f"k{uuid.uuid4().hex[:8]}"
     pipeline = f"eos{uuid.uuid4().hex[:6]}"
     replicad = _replicad(
-        tmp_path, 7304, prefix, cluster.bootstrap, kafka_yaml="exactly_once: true\n",
-        pipeline=pipeline, db=db,
-    )  # fmt: skip
+        tmp_path,
+        7304,
+        prefix,
+        cluster.bootstrap,
+        kafka_yaml="exactly_once: true\n",
+        pipeline=pipeline,
+        db=db,
+    )
     replicad.start()
     writer = BackgroundWriter(db, seed=34)
     writer.start()

@@ -34,13 +34,20 @@ def _free_port() -> int:
 
 class PrivateMariaDB:
     def __init__(self, state: Path, port: int) -> None:
-        self.env = {**os.environ, "REPLICAD_SERVICES_DIR": str(state),
-                    "REPLICAD_MARIADB_PORT": str(port)}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "REPLICAD_SERVICES_DIR": str(state),
+            "REPLICAD_MARIADB_PORT": str(port),
+        }
         self.port = port
 
     def _services(self, command: str) -> None:
-        subprocess.run(["bash", str(ROOT / "scripts/services.sh"), command, "mariadb"],
-                       env=self.env, check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["bash", str(ROOT / "scripts/services.sh"), command, "mariadb"],
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
 
     def up(self) -> None:
         self._services("up")
@@ -49,8 +56,14 @@ class PrivateMariaDB:
         self._services("down")
 
     def connect(self) -> pymysql.connections.Connection:
-        return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="root",
-                               charset="utf8mb4", autocommit=True)  # fmt: skip
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            password="root",
+            charset="utf8mb4",
+            autocommit=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +83,9 @@ def workdb(primary: PrivateMariaDB) -> Iterator[tuple[pymysql.connections.Connec
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {name}")
         cur.execute(f"CREATE TABLE {name}.a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT)")
-        cur.execute(f"CREATE TABLE {name}.b (k VARCHAR(20) PRIMARY KEY, d DECIMAL(10,2),"
-                    " t DATETIME(3))")  # fmt: skip
+        cur.execute(
+            f"CREATE TABLE {name}.b (k VARCHAR(20) PRIMARY KEY, d DECIMAL(10,2), t DATETIME(3))"
+        )
     yield conn, name
     conn.close()
 
@@ -148,9 +162,11 @@ def test_binlogs_purged_past_the_position(primary: PrivateMariaDB, workdb, tmp_p
         cur.execute(f"PURGE BINARY LOGS TO '{current}'")
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
-        cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "repl"},
-        capture_output=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, "TEST_REPLICAD_PASSWORD": "repl"},
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 78, result.stderr.decode()[-2000:]
     err = result.stderr.decode()
     assert "purged" in err and "Re-snapshot" in err

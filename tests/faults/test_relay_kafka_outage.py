@@ -101,8 +101,9 @@ def test_kafka_outage_the_relay_reads_on_and_is_trimmed_after(
     print(f"position 5 s into the outage: {frozen}")
     assert fold(records, prefix, db) == normalise_expected(tables_state(conn, db))
     assert duplicated(records) == [], "no crash, no restart: nothing may come twice"
-    deleted = sum(len(e["segments"]) for e in replicad.log_events()
-                  if e["event"] == "relay_segments_deleted")  # fmt: skip
+    deleted = sum(
+        len(e["segments"]) for e in replicad.log_events() if e["event"] == "relay_segments_deleted"
+    )
     print(
         f"outage {outage_s:.1f} s, {statements} statements, {len(records)} messages, relay grew "
         f"to {grown} segments, {deleted} deleted after"

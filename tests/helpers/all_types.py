@@ -16,9 +16,34 @@ ALL_TYPES = """CREATE TABLE t (
 )"""
 
 COLUMNS = [
-    "ti", "tu", "si", "mi", "bi", "bu", "de", "dz", "fl", "dbl", "bt", "d", "dt0", "dt6", "ts3",
-    "tm", "y", "c", "vc", "bn", "vb", "tx", "bl", "e", "st", "j", "g",
-]  # fmt: skip
+    "ti",
+    "tu",
+    "si",
+    "mi",
+    "bi",
+    "bu",
+    "de",
+    "dz",
+    "fl",
+    "dbl",
+    "bt",
+    "d",
+    "dt0",
+    "dt6",
+    "ts3",
+    "tm",
+    "y",
+    "c",
+    "vc",
+    "bn",
+    "vb",
+    "tx",
+    "bl",
+    "e",
+    "st",
+    "j",
+    "g",
+]
 
 
 def random_literal(column: str, rng: random.Random) -> Any:

@@ -99,6 +99,9 @@ def table_maps_since(
     maps: list[TableMapEvent] = []
     for name in binlog_files_since(conn, start[0]):
         begin = start[1] if name == start[0] else None
-        maps += [e for e in iter_file_events(binlog_dir / name, start=begin)
-                 if isinstance(e, TableMapEvent) and e.schema == db]  # fmt: skip
+        maps += [
+            e
+            for e in iter_file_events(binlog_dir / name, start=begin)
+            if isinstance(e, TableMapEvent) and e.schema == db
+        ]
     return maps

@@ -16,9 +16,19 @@ from tests.helpers.kafka_helpers import Record
 # Compared where both have them. Not compared: `version` and `connector` (each product's own
 # name; they must differ), `ts_ms` at the top level (when each process built the message).
 SOURCE_FIELDS = (
-    "name", "ts_ms", "snapshot", "db", "table", "server_id", "gtid", "file", "pos", "row",
-    "thread", "query",
-)  # fmt: skip
+    "name",
+    "ts_ms",
+    "snapshot",
+    "db",
+    "table",
+    "server_id",
+    "gtid",
+    "file",
+    "pos",
+    "row",
+    "thread",
+    "query",
+)
 NOT_COMPARED_SOURCE = frozenset({"version", "connector"})
 # Top-level fields compared for presence only: when each process built the message.
 PRESENCE_ONLY_TOP = frozenset({"ts_ms", "ts_us", "ts_ns"})
@@ -100,8 +110,15 @@ def _compare_value(
         if sa.get(column) != sb.get(column):
             out.append(Difference(i, "schema.row", column, sa.get(column), sb.get(column)))
     if schemas and dbz["schema"].get("name") != rep["schema"].get("name"):
-        out.append(Difference(i, "schema.row", "<envelope name>", dbz["schema"].get("name"),
-                              rep["schema"].get("name")))  # fmt: skip
+        out.append(
+            Difference(
+                i,
+                "schema.row",
+                "<envelope name>",
+                dbz["schema"].get("name"),
+                rep["schema"].get("name"),
+            )
+        )
     return out
 
 

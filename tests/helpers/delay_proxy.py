@@ -57,8 +57,9 @@ class DelayProxy:
             writer.transport.abort()
 
         await asyncio.gather(
-            pipe(client_r, server_w, self.delay_s), pipe(server_r, client_w, 0.0),
+            pipe(client_r, server_w, self.delay_s),
+            pipe(server_r, client_w, 0.0),
             return_exceptions=True,
-        )  # fmt: skip
+        )
         client_w.transport.abort()
         server_w.transport.abort()

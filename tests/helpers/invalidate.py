@@ -73,16 +73,29 @@ class PrivateRedis:
         self.options = list(options)
 
     def _run(self, action: str, *extra: str) -> None:
-        subprocess.run(["bash", str(SERVICES), "redis-instance", action, str(self.dir),
-                        str(self.port), *extra], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "bash",
+                str(SERVICES),
+                "redis-instance",
+                action,
+                str(self.dir),
+                str(self.port),
+                *extra,
+            ],
+            check=True,
+        )
 
     def up(self) -> None:
         self._run("up", *self.options)
 
     def restart_keeping_data(self) -> None:
         redis.Redis(port=self.port).shutdown(save=True)
-        wait_for(lambda: not (self.dir / "redis.pid").exists() or not _alive(self.dir),
-                 20, "redis to stop")  # fmt: skip
+        wait_for(
+            lambda: not (self.dir / "redis.pid").exists() or not _alive(self.dir),
+            20,
+            "redis to stop",
+        )
         time.sleep(2.0)  # an outage the invalidator must wait out
         self.up()
 
@@ -120,18 +133,24 @@ class Users:
         pick = rng.random()
         with self.conn.cursor() as cur:
             if pick < 0.35:  # the unique key moves: user:email:<old> must go
-                cur.execute("UPDATE IGNORE users SET email = %s WHERE id = %s",
-                            (f"e{rng.randrange(ROWS * 3)}@x", key))  # fmt: skip
+                cur.execute(
+                    "UPDATE IGNORE users SET email = %s WHERE id = %s",
+                    (f"e{rng.randrange(ROWS * 3)}@x", key),
+                )
             elif pick < 0.6:
-                cur.execute("UPDATE users SET name = %s, v = v + 1 WHERE id = %s",
-                            (f"n{rng.randrange(10**6)}", key))  # fmt: skip
+                cur.execute(
+                    "UPDATE users SET name = %s, v = v + 1 WHERE id = %s",
+                    (f"n{rng.randrange(10**6)}", key),
+                )
             elif pick < 0.7:
                 cur.execute("UPDATE IGNORE users SET id = id + 1000 WHERE id = %s", (key,))
             elif pick < 0.85:
                 cur.execute("DELETE FROM users WHERE id = %s", (key,))
             else:
-                cur.execute("INSERT IGNORE INTO users VALUES (%s, %s, 'new', 0)",
-                            (key, f"e{rng.randrange(ROWS * 3)}@x"))  # fmt: skip
+                cur.execute(
+                    "INSERT IGNORE INTO users VALUES (%s, %s, 'new', 0)",
+                    (key, f"e{rng.randrange(ROWS * 3)}@x"),
+                )
         self.conn.commit()
         self.statements += 1
 
@@ -189,9 +208,11 @@ class InvalidatorProcess:
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "replicad.cli", "invalidate", "-c", str(self.config)],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
                 env=None if self.env is None else {**os.environ, **self.env},
-            )  # fmt: skip
+            )
 
     def alive(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]

@@ -61,10 +61,18 @@ class KafkaCluster:
 
     def _run(self, action: str, *members: int) -> None:
         subprocess.run(
-            ["bash", str(SERVICES), "kafka-cluster", action, str(self.dir), str(self.base),
-             *(str(m) for m in members)],
-            check=True, timeout=180,
-        )  # fmt: skip
+            [
+                "bash",
+                str(SERVICES),
+                "kafka-cluster",
+                action,
+                str(self.dir),
+                str(self.base),
+                *(str(m) for m in members),
+            ],
+            check=True,
+            timeout=180,
+        )
 
     def up(self) -> None:
         """Start all three (formatting storage the first time); returns once each lists 3."""
@@ -84,10 +92,19 @@ class KafkaCluster:
 
     def running(self, member: int) -> bool:
         result = subprocess.run(
-            ["bash", str(SERVICES), "kafka-cluster", "status", str(self.dir), str(self.base),
-             str(member)],
-            check=False, timeout=30, capture_output=True,
-        )  # fmt: skip
+            [
+                "bash",
+                str(SERVICES),
+                "kafka-cluster",
+                "status",
+                str(self.dir),
+                str(self.base),
+                str(member),
+            ],
+            check=False,
+            timeout=30,
+            capture_output=True,
+        )
         return result.returncode == 0
 
     # ------------------------------------------------------------------ metadata

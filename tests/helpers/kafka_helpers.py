@@ -236,10 +236,18 @@ class PrivateKafka:
 
     def _run(self, action: str) -> None:
         subprocess.run(
-            ["bash", str(SERVICES), "kafka-instance", action, str(self.dir), str(self.port),
-             str(self.port + 1)],
-            check=True, timeout=120,
-        )  # fmt: skip
+            [
+                "bash",
+                str(SERVICES),
+                "kafka-instance",
+                action,
+                str(self.dir),
+                str(self.port),
+                str(self.port + 1),
+            ],
+            check=True,
+            timeout=120,
+        )
 
     def start(self) -> None:
         """Start (or restart on its storage); returns once it answers metadata."""

@@ -17,9 +17,18 @@ from tests.helpers.mariadb import MARIADB_PORT
 class Replicad(DaemonProcess):
     """`replicad run` against the shared MariaDB (or a proxy / private server on `port`)."""
 
-    def __init__(self, tmp: Path, *, server_id: int, user: str = "repl", password: str = "repl",
-                 start: str = "latest", port: int = MARIADB_PORT,
-                 unit_part_bytes: int | None = None, tls: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        server_id: int,
+        user: str = "repl",
+        password: str = "repl",
+        start: str = "latest",
+        port: int = MARIADB_PORT,
+        unit_part_bytes: int | None = None,
+        tls: str | None = None,
+    ) -> None:
         parts = "" if unit_part_bytes is None else f"  unit_part_bytes: {unit_part_bytes}\n"
         parts += "" if tls is None else f"  tls: {tls}\n"  # a flow mapping of source.tls
         super().__init__(
@@ -99,10 +108,20 @@ def assert_converged(replicad: Replicad, conn, db: str, timeout: float = 30) -> 
         for table in expected:
             missing = set(expected[table]) - set(got.get(table, {}))
             extra = set(got.get(table, {})) - set(expected[table])
-            wrong = [k for k in expected[table] if k in got.get(table, {})
-                     and got[table][k] != expected[table][k]]  # fmt: skip
-            print(table, "missing", sorted(missing)[:10], "extra", sorted(extra)[:10],
-                  "wrong", wrong[:5])  # fmt: skip
+            wrong = [
+                k
+                for k in expected[table]
+                if k in got.get(table, {}) and got[table][k] != expected[table][k]
+            ]
+            print(
+                table,
+                "missing",
+                sorted(missing)[:10],
+                "extra",
+                sorted(extra)[:10],
+                "wrong",
+                wrong[:5],
+            )
         raise
 
 

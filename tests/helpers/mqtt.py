@@ -23,9 +23,13 @@ SERVICES = ROOT / "scripts" / "services.sh"
 
 class Mosquitto:
     def __init__(
-        self, directory: Path, passwd: Path | None = None, *, port: int | None = None,
+        self,
+        directory: Path,
+        passwd: Path | None = None,
+        *,
+        port: int | None = None,
         tls: tuple[Path, Path] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """`tls`: the server's certificate and key (the listener then speaks TLS only)."""
         if port is None:
             with socket.socket() as sock:
@@ -40,8 +44,18 @@ class Mosquitto:
         extra = [str(self.passwd) if self.passwd else ""]
         if self.tls is not None:
             extra += [str(self.tls[0]), str(self.tls[1])]
-        subprocess.run(["bash", str(SERVICES), "mosquitto-instance", action, str(self.dir),
-                        str(self.port), *extra], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "bash",
+                str(SERVICES),
+                "mosquitto-instance",
+                action,
+                str(self.dir),
+                str(self.port),
+                *extra,
+            ],
+            check=True,
+        )
 
     def up(self) -> None:
         self._run("up")
@@ -93,24 +107,36 @@ def coordinates(message: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def mqtt_daemon(
-    tmp: Path, port: int, prefix: str, db: str, mqtt_extra: str = "", *,
-    server_id: int = 7501, sinks_extra: str = "", extra_yaml: str = "",
-) -> DaemonProcess:  # fmt: skip
+    tmp: Path,
+    port: int,
+    prefix: str,
+    db: str,
+    mqtt_extra: str = "",
+    *,
+    server_id: int = 7501,
+    sinks_extra: str = "",
+    extra_yaml: str = "",
+) -> DaemonProcess:
     """`replicad run` from the latest position with the JSON-lines sink and MQTT on `port`
     (`mqtt_extra`: more keys of sinks.mqtt, each starting with ", "; `sinks_extra`: more
     sinks, lines indented by two spaces)."""
     tmp.mkdir(parents=True, exist_ok=True)
     return DaemonProcess(
-        tmp, pipeline="mq",
-        source_yaml=(f"  host: 127.0.0.1\n  port: {MARIADB_PORT}\n  user: repl\n"
-                     f"  server_id: {server_id}\n  start: latest\n  heartbeat_s: 1\n"),
+        tmp,
+        pipeline="mq",
+        source_yaml=(
+            f"  host: 127.0.0.1\n  port: {MARIADB_PORT}\n  user: repl\n"
+            f"  server_id: {server_id}\n  start: latest\n  heartbeat_s: 1\n"
+        ),
         password="repl",
-        sinks_yaml=(f"  stdout: {{path: {tmp / 'changes.jsonl'}}}\n"
-                    f"  mqtt: {{port: {port}, prefix: {prefix}, client_id: rd-{prefix}, "
-                    f"reconnect_max_s: 0.5{mqtt_extra}}}" + sinks_extra),
+        sinks_yaml=(
+            f"  stdout: {{path: {tmp / 'changes.jsonl'}}}\n"
+            f"  mqtt: {{port: {port}, prefix: {prefix}, client_id: rd-{prefix}, "
+            f"reconnect_max_s: 0.5{mqtt_extra}}}" + sinks_extra
+        ),
         extra_yaml=f"filters: {{include: ['{db}\\..*']}}\ncheckpoint: {{interval_s: 0.2}}\n"
         + extra_yaml,
-    )  # fmt: skip
+    )
 
 
 def write_rows(conn: Any, first: int, count: int) -> None:

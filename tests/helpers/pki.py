@@ -68,8 +68,12 @@ def server_pki(directory: Path) -> ServerPki:
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    out = ServerPki(directory / "ca.pem", directory / "server.pem", directory / "server-key.pem",
-                    directory / "other-ca.pem")  # fmt: skip
+    out = ServerPki(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server-key.pem",
+        directory / "other-ca.pem",
+    )
     out.ca.write_bytes(ca.public_bytes(pem))
     out.other_ca.write_bytes(other.public_bytes(pem))
     out.cert.write_bytes(cert.public_bytes(pem))

@@ -129,9 +129,10 @@ class FaultProxy:
                 cut.set()
 
         await asyncio.gather(
-            pipe(client_r, server_w, False), pipe(server_r, client_w, True),
+            pipe(client_r, server_w, False),
+            pipe(server_r, client_w, True),
             return_exceptions=True,
-        )  # fmt: skip
+        )
         for writer in (client_w, server_w):
             writer.transport.abort()
             self._open.discard(writer)

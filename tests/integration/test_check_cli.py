@@ -35,10 +35,26 @@ ZOOKEEPER = f"127.0.0.1:{os.environ.get('REPLICAD_ZK_PORT', '2181')}"
 REDIS_PORT = int(os.environ.get("REPLICAD_REDIS_PORT", "6390"))
 MQTT_PORT = int(os.environ.get("REPLICAD_MQTT_PORT", "1890"))
 PASSWORD = "check-pw"
-EVERY_TOPIC = {"connection", "server", "binlog_format", "binlog_row_image",
-               "binlog_row_metadata", "gtid", "binlog_checksum", "privileges",
-               "oldest_position", "retention", "signal_table", "server_id", "kafka",
-               "zookeeper", "position", "mqtt", "redis", "metrics"}  # fmt: skip
+EVERY_TOPIC = {
+    "connection",
+    "server",
+    "binlog_format",
+    "binlog_row_image",
+    "binlog_row_metadata",
+    "gtid",
+    "binlog_checksum",
+    "privileges",
+    "oldest_position",
+    "retention",
+    "signal_table",
+    "server_id",
+    "kafka",
+    "zookeeper",
+    "position",
+    "mqtt",
+    "redis",
+    "metrics",
+}
 
 
 def closed_port() -> int:
@@ -53,9 +69,12 @@ def check(tmp_path: Path, config: str, *extra: str) -> subprocess.CompletedProce
     clean = {k: v for k, v in os.environ.items() if not k.startswith("REPLICAD_")}
     return subprocess.run(
         [sys.executable, "-m", "replicad.cli", "check", "-c", str(path), *extra],
-        cwd=tmp_path, env={**clean, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        cwd=tmp_path,
+        env={**clean, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
 
 
 def levels(stdout: str) -> dict[str, str]:
@@ -77,10 +96,12 @@ def source_user(conn: pymysql.connections.Connection, signal_grants: str) -> Ite
         cur.execute("SELECT DATABASE()")
         (database,) = cur.fetchone()
         cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'")
-        cur.execute(f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* "
-                    f"TO '{user}'@'127.0.0.1'")  # fmt: skip
-        cur.execute(f"GRANT {signal_grants} ON `{database}`.`replicad_signal` "
-                    f"TO '{user}'@'127.0.0.1'")  # fmt: skip
+        cur.execute(
+            f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'127.0.0.1'"
+        )
+        cur.execute(
+            f"GRANT {signal_grants} ON `{database}`.`replicad_signal` TO '{user}'@'127.0.0.1'"
+        )
     try:
         yield user
     finally:
@@ -163,8 +184,10 @@ def test_the_primary_kafka_and_zookeeper_down_all_fail_in_one_run(tmp_path: Path
     document = json.loads(as_json.stdout)
     assert document["ok"] is False
     assert [(f["level"], f["topic"]) for f in document["findings"]] == [
-        ("FAIL", "connection"), ("FAIL", "kafka"), ("FAIL", "zookeeper"),
-    ]  # fmt: skip
+        ("FAIL", "connection"),
+        ("FAIL", "kafka"),
+        ("FAIL", "zookeeper"),
+    ]
     assert all(f["remedy"] for f in document["findings"])
 
 
@@ -177,8 +200,9 @@ def test_a_signal_table_without_insert_fails_naming_the_grant(tmp_path: Path, si
     found = levels(text.stdout)
     assert found.pop("signal_table") == "FAIL", text.stdout
     assert set(found.values()) == {"PASS"}, text.stdout  # only the signal table is wrong
-    grant = (f"GRANT INSERT, UPDATE, DELETE ON `{database}`.`replicad_signal` "
-             f"TO '{user}'@'127.0.0.1'")  # fmt: skip
+    grant = (
+        f"GRANT INSERT, UPDATE, DELETE ON `{database}`.`replicad_signal` TO '{user}'@'127.0.0.1'"
+    )
     lines = text.stdout.splitlines()
     (at,) = [i for i, line in enumerate(lines) if line.startswith("FAIL  signal_table ")]
     assert "INSERT" in lines[at] and "denied" in lines[at], lines[at]

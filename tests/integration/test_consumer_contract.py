@@ -335,7 +335,11 @@ def test_debezium_values_through_kafka(db, kafka, tmp_path) -> None:
     de = next(f for f in fields["after"]["fields"] if f["field"] == "de")
     assert de["name"] == "org.apache.kafka.connect.data.Decimal"
     assert orjson.loads(record.key) == {
-        "schema": {"type": "struct", "fields": [{"type": "int32", "optional": False,
-                   "field": "id"}], "optional": False, "name": f"kt.{name}.v.Key"},
+        "schema": {
+            "type": "struct",
+            "fields": [{"type": "int32", "optional": False, "field": "id"}],
+            "optional": False,
+            "name": f"kt.{name}.v.Key",
+        },
         "payload": {"id": 1},
-    }  # fmt: skip
+    }

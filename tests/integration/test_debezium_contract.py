@@ -88,20 +88,79 @@ COLUMNS = {
 }
 
 ROW_1 = (
-    1, -2147483648, 4294967295, 18446744073709551615, "-123456789.125", 1.5, -2.25e-300,
-    "naïve café ☕ 😀", b"\x00\xff\x10", "2020-02-29", "1969-12-31 23:59:59.999999",
-    "2038-01-19 03:14:07.500000", "-838:59:58.999999", '{"a": [1, 2.5, null], "b": "ü"}',
-    "paid", "a,c", 1, 1023, 2155, -128, 65535, -8388608, "ab", "long text ✓", "ÄÖÜß",
-    b"\x01\x02", b"\xfe", 99999, "2021-03-04 05:06:07", "2001-02-03 04:05:06", "838:59:59",
-    255, 1, -32768, 16777215,
-)  # fmt: skip
+    1,
+    -2147483648,
+    4294967295,
+    18446744073709551615,
+    "-123456789.125",
+    1.5,
+    -2.25e-300,
+    "naïve café ☕ 😀",
+    b"\x00\xff\x10",
+    "2020-02-29",
+    "1969-12-31 23:59:59.999999",
+    "2038-01-19 03:14:07.500000",
+    "-838:59:58.999999",
+    '{"a": [1, 2.5, null], "b": "ü"}',
+    "paid",
+    "a,c",
+    1,
+    1023,
+    2155,
+    -128,
+    65535,
+    -8388608,
+    "ab",
+    "long text ✓",
+    "ÄÖÜß",
+    b"\x01\x02",
+    b"\xfe",
+    99999,
+    "2021-03-04 05:06:07",
+    "2001-02-03 04:05:06",
+    "838:59:59",
+    255,
+    1,
+    -32768,
+    16777215,
+)
 ROW_3 = (
-    3, 7, 0, 9223372036854775808, "0.001", -3.4e38, 1e308, "", b"", "1000-01-01",
-    "9999-12-31 23:59:59.999999", "1970-01-01 00:00:01.000001", "23:59:59.000001", "[]",
-    "new", "", 0, 0, 1901, 127, 0, 8388607, "", "", "", b"", b"\x00\x00\x00\x00", 0,
-    "1000-01-01 00:00:00", "1970-01-01 00:00:01", "-00:00:01",
-    0, 0, 32767, 0,
-)  # fmt: skip
+    3,
+    7,
+    0,
+    9223372036854775808,
+    "0.001",
+    -3.4e38,
+    1e308,
+    "",
+    b"",
+    "1000-01-01",
+    "9999-12-31 23:59:59.999999",
+    "1970-01-01 00:00:01.000001",
+    "23:59:59.000001",
+    "[]",
+    "new",
+    "",
+    0,
+    0,
+    1901,
+    127,
+    0,
+    8388607,
+    "",
+    "",
+    "",
+    b"",
+    b"\x00\x00\x00\x00",
+    0,
+    "1000-01-01 00:00:00",
+    "1970-01-01 00:00:01",
+    "-00:00:01",
+    0,
+    0,
+    32767,
+    0,
+)
 
 # (where, column or field) -> why replicad differs from Debezium there. Each is listed in
 # docs/consumers.md, "Differences from Debezium", with its reason; each must still differ.
@@ -165,14 +224,22 @@ DEFAULT_RUN = Run()
 # The other value of every mode both support; one run with schemas, one without.
 STRING_HEX_RUN = Run(
     schemas=False,
-    modes={"decimal.handling.mode": "string", "time.precision.mode": "connect",
-           "binary.handling.mode": "hex", "bigint.unsigned.handling.mode": "precise"},
-)  # fmt: skip
+    modes={
+        "decimal.handling.mode": "string",
+        "time.precision.mode": "connect",
+        "binary.handling.mode": "hex",
+        "bigint.unsigned.handling.mode": "precise",
+    },
+)
 DOUBLE_BASE64_RUN = Run(
     schemas=True,
-    modes={"decimal.handling.mode": "double", "time.precision.mode": "connect",
-           "binary.handling.mode": "base64", "bigint.unsigned.handling.mode": "precise"},
-)  # fmt: skip
+    modes={
+        "decimal.handling.mode": "double",
+        "time.precision.mode": "connect",
+        "binary.handling.mode": "base64",
+        "bigint.unsigned.handling.mode": "precise",
+    },
+)
 
 # A MySQL JSON document with what a compact writer must get right: a double outside Java's
 # plain range (1e7, 0.0001), a negative zero, escapes, a DATETIME and a DECIMAL inside. (A
@@ -354,17 +421,22 @@ def _consumer_rebuilds(theirs: list[Record], ours: list[Record], before: dict, e
     Debezium's own topic too (else the consumer, not replicad, would be wrong)."""
     for side, records in (("debezium", theirs), ("replicad", ours)):
         cut = next(i for i, r in enumerate(records) if r.value and b'"op":"t"' in r.value)
-        for rebuilt, selected in ((consumer_fold(records[:cut]), before),
-                                  (consumer_fold(records), end)):  # fmt: skip
+        for rebuilt, selected in (
+            (consumer_fold(records[:cut]), before),
+            (consumer_fold(records), end),
+        ):
             assert rebuilt == selected, (side, _cells(rebuilt, selected))
 
 
 def _cells(rebuilt: dict[str, dict], selected: dict[str, dict]) -> list[tuple]:
     """The cells that differ, (key, column, rebuilt, selected), for a failure message."""
     keys = sorted(set(rebuilt) | set(selected))
-    return [(k, c, (rebuilt.get(k) or {}).get(c), (selected.get(k) or {}).get(c))
-            for k in keys for c in sorted(set(rebuilt.get(k) or {}) | set(selected.get(k) or {}))
-            if (rebuilt.get(k) or {}).get(c) != (selected.get(k) or {}).get(c)]  # fmt: skip
+    return [
+        (k, c, (rebuilt.get(k) or {}).get(c), (selected.get(k) or {}).get(c))
+        for k in keys
+        for c in sorted(set(rebuilt.get(k) or {}) | set(selected.get(k) or {}))
+        if (rebuilt.get(k) or {}).get(c) != (selected.get(k) or {}).get(c)
+    ]
 
 
 @pytest.mark.parametrize("run", [DEFAULT_RUN, STRING_HEX_RUN], ids=["default", "string-hex"])

@@ -81,15 +81,22 @@ class Service:
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "replicad.cli", *self.args],
-                cwd=self.dir, env=self.env, stdout=err, stderr=err,
-            )  # fmt: skip
+                cwd=self.dir,
+                env=self.env,
+                stdout=err,
+                stderr=err,
+            )
         DaemonProcess.started.append(self.proc)  # killed after the test whatever happens
 
     def run(self, timeout: float) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "replicad.cli", *self.args],
-            cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def events(self) -> list[dict[str, Any]]:
         lines = self.log.read_text().split("\n")[:-1] if self.log.exists() else []
@@ -140,12 +147,29 @@ def test_seed_schema_and_load_generator_run_on_a_fresh_database(db: Any) -> None
         cur.execute("SELECT COUNT(*) FROM customers")
         assert cur.fetchone()[0] == 4
     result = subprocess.run(
-        [sys.executable, str(ROOT / "deploy/compose/loadgen.py"), "--host", "127.0.0.1",
-         "--port", str(MARIADB_PORT), "--database", name, "--rate", "0", "--count", "60",
-         "--seed", "7", "--alive-file", os.devnull],
+        [
+            sys.executable,
+            str(ROOT / "deploy/compose/loadgen.py"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(MARIADB_PORT),
+            "--database",
+            name,
+            "--rate",
+            "0",
+            "--count",
+            "60",
+            "--seed",
+            "7",
+            "--alive-file",
+            os.devnull,
+        ],
         env={**os.environ, "MYSQL_USER": "root", "MYSQL_PASSWORD": "root"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "stopped after 60 transactions" in result.stderr
     with conn.cursor() as cur:
@@ -180,13 +204,17 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         "PYSPARK_PYTHON": sys.executable,
     }
     workers = {
-        name: Service(name, tmp_path, {
-            **base,
-            "REPLICAD_METRICS__LISTEN": f"127.0.0.1:{free_port()}",
-            "REPLICAD_COORDINATION__LOCAL__PATH": str(tmp_path / name / "position.json"),
-        })
+        name: Service(
+            name,
+            tmp_path,
+            {
+                **base,
+                "REPLICAD_METRICS__LISTEN": f"127.0.0.1:{free_port()}",
+                "REPLICAD_COORDINATION__LOCAL__PATH": str(tmp_path / name / "position.json"),
+            },
+        )
         for name in ("replicad-a", "replicad-b")
-    }  # fmt: skip
+    }
     a, b = workers.values()
     try:
         # `replicad check` with the config as it is: the primary suits replicad
@@ -206,8 +234,9 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         assert b.alive() and not b.logged("leading"), b.tail()
         # health and readiness of both: the leader publishing, the standby ready
         for worker in (a, b):
-            wait_for(lambda w=worker: http_get(w.url("/readyz"))[0] == 200, 60,
-                     f"{worker.name} /readyz")  # fmt: skip
+            wait_for(
+                lambda w=worker: http_get(w.url("/readyz"))[0] == 200, 60, f"{worker.name} /readyz"
+            )
             assert http_get(worker.url("/healthz"))[0] == 200
         status, metrics = http_get(a.url("/metrics"))
         assert status == 200 and "replicad_" in metrics
@@ -221,17 +250,35 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         )
         invalidator.start()
         # what its compose healthcheck asks
-        wait_for(lambda: http_get(f"http://{invalidator_listen}/readyz")[0] == 200, 60,
-                 "the invalidator's /readyz")  # fmt: skip
+        wait_for(
+            lambda: http_get(f"http://{invalidator_listen}/readyz")[0] == 200,
+            60,
+            "the invalidator's /readyz",
+        )
 
         # load from the generator, then a marker row: both reach Kafka from the leader
         load = subprocess.run(
-            [sys.executable, str(ROOT / "deploy/compose/loadgen.py"), "--host", "127.0.0.1",
-             "--port", str(MARIADB_PORT), "--database", "shop", "--rate", "0", "--count", "30",
-             "--alive-file", os.devnull],
+            [
+                sys.executable,
+                str(ROOT / "deploy/compose/loadgen.py"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(MARIADB_PORT),
+                "--database",
+                "shop",
+                "--rate",
+                "0",
+                "--count",
+                "30",
+                "--alive-file",
+                os.devnull,
+            ],
             env={**os.environ, "MYSQL_USER": "root", "MYSQL_PASSWORD": "root"},
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert load.returncode == 0, load.stderr
         email = f"{pipeline}@example.com"
         with shop.cursor() as cur:

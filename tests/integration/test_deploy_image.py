@@ -21,16 +21,29 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_wheel_is_built_with_the_compiled_decoder(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-         "--build-constraint", str(ROOT / "deploy/constraints.txt"),
-         "--wheel-dir", str(wheels), str(ROOT)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "--build-constraint",
+            str(ROOT / "deploy/constraints.txt"),
+            "--wheel-dir",
+            str(wheels),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stderr[-4000:]
     check = subprocess.run(
         [sys.executable, str(ROOT / "deploy/check_wheel.py"), str(wheels)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "_speedups" in check.stdout
 
@@ -40,12 +53,17 @@ def test_wheel_is_built_with_the_compiled_decoder(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(unpacked)
     probe = subprocess.run(
-        [sys.executable, "-c",
-         "import replicad, replicad.binlog._speedups as s; "
-         "from replicad.binlog import decoder_choice as d; print(s.__file__, d.available())"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(unpacked)},
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import replicad, replicad.binlog._speedups as s; "
+            "from replicad.binlog import decoder_choice as d; print(s.__file__, d.available())",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(unpacked)},
+        capture_output=True,
+        text=True,
+    )
     assert probe.returncode == 0, probe.stderr
     location, available = probe.stdout.split()
     assert location.startswith(str(unpacked)) and available == "True", probe.stdout

@@ -93,13 +93,20 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     if request.param == "mysql":
         described = mysql.ensure_mysql()
         with fresh_database(mysql.connect_root) as (conn, db):
-            yield Server("mysql", conn, db, described.port, described.binlog_dir,
-                         mysql.binlog_position)  # fmt: skip
+            yield Server(
+                "mysql", conn, db, described.port, described.binlog_dir, mysql.binlog_position
+            )
         return
     described = request.getfixturevalue("mariadb")
     conn, db = request.getfixturevalue("db")
-    yield Server("mariadb", conn, db, int(described["port"]), Path(described["binlog_dir"]),
-                 binlog_helpers.binlog_position)  # fmt: skip
+    yield Server(
+        "mariadb",
+        conn,
+        db,
+        int(described["port"]),
+        Path(described["binlog_dir"]),
+        binlog_helpers.binlog_position,
+    )
 
 
 def _write(server: Server, monkeypatch: pytest.MonkeyPatch):
@@ -128,9 +135,15 @@ def _daemon(
 ) -> tuple[KafkaReplicad, str]:
     prefix = f"d{uuid.uuid4().hex[:8]}"  # this test's own topics, whoever runs beside it
     replicad = KafkaReplicad(
-        tmp, server_id=server_id, prefix=prefix, kafka=kafka, db=server.db, port=server.port,
-        start=f"{{file: {start[0]}, pos: {start[1]}}}", **yaml,
-    )  # fmt: skip
+        tmp,
+        server_id=server_id,
+        prefix=prefix,
+        kafka=kafka,
+        db=server.db,
+        port=server.port,
+        start=f"{{file: {start[0]}, pos: {start[1]}}}",
+        **yaml,
+    )
     return replicad, prefix
 
 
@@ -152,13 +165,21 @@ def test_the_topic_carries_what_select_returned(
     base = 7830 + 4 * (server.flavour == "mysql") + 2 * (row_decoder == "python")
     metrics_port = free_port_block(1)
     exact, exact_prefix = _daemon(
-        tmp_path / "exact", server, base, start, kafka,
+        tmp_path / "exact",
+        server,
+        base,
+        start,
+        kafka,
         extra_yaml=f"metrics: {{listen: '127.0.0.1:{metrics_port}'}}\n",
-    )  # fmt: skip
+    )
     debezium, debezium_prefix = _daemon(
-        tmp_path / "debezium", server, base + 1, start, kafka,
+        tmp_path / "debezium",
+        server,
+        base + 1,
+        start,
+        kafka,
         extra_yaml="envelope: {values: debezium}\n",
-    )  # fmt: skip
+    )
     for daemon in (exact, debezium):
         daemon.start()
     for daemon in (exact, debezium):
@@ -167,8 +188,9 @@ def test_the_topic_carries_what_select_returned(
     for daemon in (exact, debezium):
         assert daemon.stop() == 0
     assert status == 200
-    paths = {p: sample(metrics, "replicad_rows_events_total", path=p)
-             for p in ("compiled", "row_by_row")}  # fmt: skip
+    paths = {
+        p: sample(metrics, "replicad_rows_events_total", path=p) for p in ("compiled", "row_by_row")
+    }
     if row_decoder == "compiled":  # every event but, on MySQL, those with the `null` document
         assert (paths["compiled"] or 0) >= len(EDGE_ROWS) + len(EDGE_UPDATES), paths
     else:
@@ -233,11 +255,16 @@ def _differences(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
     lines = []
     for part in ("before", "after"):
         a, b = ours.get(part) or {}, theirs.get(part) or {}
-        lines += [f"{part}.{k}: topic={a.get(k)!r} rendered={b.get(k)!r}"
-                  for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]  # fmt: skip
-    lines += [f"{k}: topic={ours.get(k)!r} rendered={theirs.get(k)!r}"
-              for k in (set(ours) | set(theirs)) - {"before", "after"}
-              if ours.get(k) != theirs.get(k)]  # fmt: skip
+        lines += [
+            f"{part}.{k}: topic={a.get(k)!r} rendered={b.get(k)!r}"
+            for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)
+        ]
+    lines += [
+        f"{k}: topic={ours.get(k)!r} rendered={theirs.get(k)!r}"
+        for k in (set(ours) | set(theirs)) - {"before", "after"}
+        if ours.get(k) != theirs.get(k)
+    ]
     return "\n".join(lines[:20])
 
 
@@ -274,8 +301,10 @@ def _exact(name: str, value: Any, flavour: str) -> Any:
     if name in BIT_COLUMNS:
         return int.from_bytes(value, "big")
     if name in GEOMETRY_COLUMNS:  # the server's internal form: SRID (u32 LE), then WKB
-        return {"srid": struct.unpack("<I", value[:4])[0],
-                "wkb": base64.b64encode(value[4:]).decode()}  # fmt: skip
+        return {
+            "srid": struct.unpack("<I", value[:4])[0],
+            "wkb": base64.b64encode(value[4:]).decode(),
+        }
     if name == "js" and flavour == "mysql":  # a JSON value (MariaDB's JSON is text)
         return orjson.loads(value)
     if isinstance(value, Decimal):
@@ -307,8 +336,10 @@ def _assert_exact(messages: list[dict], inserted: Rows, updated: Rows, flavour: 
                 ours = "null" if ours is None and nulls == ["js"] else (ours, nulls)
                 theirs = "null"
             if ours != theirs or type(ours) is not type(theirs):
-                mismatches.append(f"{message['op']} {image} id={row['id']} {name}: "
-                                  f"topic={ours!r} select={theirs!r}")  # fmt: skip
+                mismatches.append(
+                    f"{message['op']} {image} id={row['id']} {name}: "
+                    f"topic={ours!r} select={theirs!r}"
+                )
     assert not mismatches, f"{len(mismatches)} of {cells} cells:\n  " + "\n  ".join(mismatches)
     assert cells == len(NAMES) * (2 * len(ROWS) + 2 * len(EDGE_UPDATES))
 

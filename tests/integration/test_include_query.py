@@ -92,8 +92,11 @@ def test_the_statement_is_published_only_when_asked(
             start = _position(conn, flavour)
             statements = _write(conn, flavour)
             for daemon in (default, asked):
-                wait_for(lambda d=daemon: len(_queries(d.changes(), db)) >= ROWS + 3, 60,
-                         f"{ROWS + 3} rows of {db}")  # fmt: skip
+                wait_for(
+                    lambda d=daemon: len(_queries(d.changes(), db)) >= ROWS + 3,
+                    60,
+                    f"{ROWS + 3} rows of {db}",
+                )
             dumped = {f: _dump(conn, flavour, start, db, f) for f in ((), ("--include-query",))}
     finally:
         for daemon in (default, asked):

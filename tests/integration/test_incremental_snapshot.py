@@ -75,8 +75,9 @@ class BigTableWorkload:
         pick = rng.random()
         with self.conn.cursor() as cur:
             if pick < 0.6:
-                cur.execute("UPDATE big SET v = v + 1, note = %s WHERE id = %s",
-                            (f"u{rng.random()}", key))  # fmt: skip
+                cur.execute(
+                    "UPDATE big SET v = v + 1, note = %s WHERE id = %s", (f"u{rng.random()}", key)
+                )
             elif pick < 0.8:
                 cur.execute("DELETE FROM big WHERE id = %s", (key,))
             else:
@@ -196,17 +197,28 @@ def test_bad_requests_are_refused_before_anything_is_queued(db, kafka, tmp_path)
     with conn.cursor() as cur:
         _create_signal(cur, name)
         cur.execute("CREATE USER IF NOT EXISTS 'snapro'@'127.0.0.1' IDENTIFIED BY 'snapro'")
-        cur.execute("GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* "
-                    "TO 'snapro'@'127.0.0.1'")  # fmt: skip
+        cur.execute(
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'snapro'@'127.0.0.1'"
+        )
     try:
         config = Path(replicad.config)
         config.write_text(config.read_text().replace("user: repl", "user: snapro"))
         denied = subprocess.run(
-            [sys.executable, "-m", "replicad.cli", "snapshot", "request", f"{name}.big",
-             "-c", str(config)],
-            cwd=ROOT, env={**replicad.env, PASSWORD_ENV: "snapro"},
-            capture_output=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "replicad.cli",
+                "snapshot",
+                "request",
+                f"{name}.big",
+                "-c",
+                str(config),
+            ],
+            cwd=ROOT,
+            env={**replicad.env, PASSWORD_ENV: "snapro"},
+            capture_output=True,
+            timeout=60,
+        )
     finally:
         with conn.cursor() as cur:
             cur.execute("DROP USER 'snapro'@'127.0.0.1'")
@@ -242,10 +254,19 @@ def test_a_new_leader_resumes_an_incremental_snapshot_at_the_next_chunk(
     prefix = f"z{uuid.uuid4().hex[:8]}"
     zk_port = int(zookeeper.rsplit(":", 1)[1])
     workers = [
-        HaReplicad(tmp_path, f"w{i}", zk_port, zk_root, server_id=7173, prefix=prefix,
-                   kafka=kafka, pipeline=pipeline, extra_yaml=_signal_yaml(name))
+        HaReplicad(
+            tmp_path,
+            f"w{i}",
+            zk_port,
+            zk_root,
+            server_id=7173,
+            prefix=prefix,
+            kafka=kafka,
+            pipeline=pipeline,
+            extra_yaml=_signal_yaml(name),
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     for worker in workers:
         worker.start()
 
@@ -313,13 +334,16 @@ def test_an_interrupted_initial_snapshot_resumes_after_its_last_stored_key(
     writer.start()
     prefix = f"r{uuid.uuid4().hex[:8]}"
     replicad = KafkaReplicad(
-        tmp_path, server_id=7174, prefix=prefix, kafka=kafka,
+        tmp_path,
+        server_id=7174,
+        prefix=prefix,
+        kafka=kafka,
         extra_yaml=(
             f"snapshot: {{mode: initial, chunk_rows: {chunk}, initial_method: consistent, "
             f"signal: {{database: {name}, table: replicad_signal}}}}\n"
             f"filters: {{include: ['{name}\\..*']}}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.spawn()  # (start() waits for the stream: after the snapshot)
 
     def stored() -> dict:

@@ -55,7 +55,10 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(db, kafka,
     prefix = f"i{uuid.uuid4().hex[:8]}"
     group = f"inv-{prefix}"
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7401, prefix=prefix, kafka=kafka,
+        tmp_path / "replicad",
+        server_id=7401,
+        prefix=prefix,
+        kafka=kafka,
         kafka_yaml="topics: {partitions: 3}",
         extra_yaml=(
             f"filters: {{include: ['{name}\\.users']}}\n"
@@ -69,7 +72,7 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(db, kafka,
             f"    - table: '{name}\\.users'\n"
             "      keys: ['user:{id}', 'user:email:{email}']\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     invalidator = InvalidatorProcess(replicad.config, tmp_path / "invalidate.log")
     invalidator.start()
@@ -97,8 +100,11 @@ def test_no_cache_entry_stays_stale_through_kills_and_a_redis_restart(db, kafka,
     def settled() -> None:
         wait_caught_up(replicad, timeout=120)
         ends = topic_ends(kafka, topic)
-        wait_for(lambda: invalidator.alive() and committed(kafka, group, topic,
-                 list(ends)) == ends, 120, "the invalidator to commit every message")  # fmt: skip
+        wait_for(
+            lambda: invalidator.alive() and committed(kafka, group, topic, list(ends)) == ends,
+            120,
+            "the invalidator to commit every message",
+        )
 
     try:
         run_workload(8.0, seed=11)
@@ -158,7 +164,9 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
 
     def configured(redis_url: str, template: str) -> KafkaReplicad:
         return KafkaReplicad(
-            tmp_path / f"replicad-{uuid.uuid4().hex[:4]}", server_id=7402, prefix=prefix,
+            tmp_path / f"replicad-{uuid.uuid4().hex[:4]}",
+            server_id=7402,
+            prefix=prefix,
             kafka=kafka,
             extra_yaml=(
                 f"filters: {{include: ['{name}\\.u']}}\n"
@@ -167,14 +175,16 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
                 f"  redis: {{url: '{redis_url}', timeout_s: 1, password_env: TEST_REDIS_PW}}\n"
                 f"  rules: [{{table: '{name}\\.u', keys: ['{template}']}}]\n"
             ),
-        )  # fmt: skip
+        )
 
     def invalidate(replicad: KafkaReplicad, password: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "replicad.cli", "invalidate", "-c", str(replicad.config)],
-            cwd=ROOT, capture_output=True, timeout=120,
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
             env={**os.environ, "TEST_REDIS_PW": password},
-        )  # fmt: skip
+        )
 
     replicad = configured(f"redis://127.0.0.1:{cache_server.port}/0", "user:{mail}")
     replicad.start()
@@ -190,10 +200,14 @@ def test_bad_rules_and_wrong_credentials_stop_with_a_clear_error_committing_noth
         topic = f"{prefix}.{name}.u"
         assert committed(kafka, group, topic, [0]) == {0: -1001}  # nothing committed
 
-        subprocess.run(["redis-cli", "-p", str(cache_server.port), "CONFIG", "SET",
-                        "requirepass", "right"], check=True, capture_output=True)  # fmt: skip
-        result = invalidate(configured(f"redis://127.0.0.1:{cache_server.port}/0", "user:{id}"),
-                            "s3cr3t-not-it")  # fmt: skip
+        subprocess.run(
+            ["redis-cli", "-p", str(cache_server.port), "CONFIG", "SET", "requirepass", "right"],
+            check=True,
+            capture_output=True,
+        )
+        result = invalidate(
+            configured(f"redis://127.0.0.1:{cache_server.port}/0", "user:{id}"), "s3cr3t-not-it"
+        )
         assert result.returncode == 78, result.stderr.decode()[-2000:]
         err = result.stderr.decode()
         assert "refused" in err and f"127.0.0.1:{cache_server.port}" in err
@@ -213,7 +227,10 @@ def test_metrics_and_readiness_follow_redis(db, kafka, tmp_path) -> None:
     prefix = f"i{uuid.uuid4().hex[:8]}"
     port = free_port()
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7403, prefix=prefix, kafka=kafka,
+        tmp_path / "replicad",
+        server_id=7403,
+        prefix=prefix,
+        kafka=kafka,
         extra_yaml=(
             f"filters: {{include: ['{name}\\.users']}}\n"
             "invalidate:\n"
@@ -226,7 +243,7 @@ def test_metrics_and_readiness_follow_redis(db, kafka, tmp_path) -> None:
             f"    - table: '{name}\\.users'\n"
             "      keys: ['user:{id}']\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     invalidator = InvalidatorProcess(replicad.config, tmp_path / "invalidate.log")
     invalidator.start()

@@ -50,15 +50,24 @@ TAKEOVER_S = 15.0
 
 
 def _pipeline(
-    tmp: Path, kafka: str, db: str, server_id: int, redis_yaml: str, rules_yaml: str,
-    partitions: int = 1, invalidate_yaml: str = "",
-) -> tuple[KafkaReplicad, str, str]:  # fmt: skip
+    tmp: Path,
+    kafka: str,
+    db: str,
+    server_id: int,
+    redis_yaml: str,
+    rules_yaml: str,
+    partitions: int = 1,
+    invalidate_yaml: str = "",
+) -> tuple[KafkaReplicad, str, str]:
     """`replicad run` into topics of a fresh prefix, with an `invalidate:` section for them;
     (the daemon, the topic prefix, the group id)."""
     prefix = f"it{uuid.uuid4().hex[:8]}"
     group = f"inv-{prefix}"
     replicad = KafkaReplicad(
-        tmp / "replicad", server_id=server_id, prefix=prefix, kafka=kafka,
+        tmp / "replicad",
+        server_id=server_id,
+        prefix=prefix,
+        kafka=kafka,
         kafka_yaml=f"topics: {{partitions: {partitions}}}",
         extra_yaml=(
             f"filters: {{include: ['{db}\\..*']}}\n"
@@ -71,7 +80,7 @@ def _pipeline(
             + "  rules:\n"
             + "".join(f"    {line}\n" for line in rules_yaml.splitlines() if line)
         ),
-    )  # fmt: skip
+    )
     return replicad, prefix, group
 
 
@@ -80,8 +89,11 @@ def _invalidate_once(config: Path, env: dict[str, str]) -> subprocess.CompletedP
 
     return subprocess.run(
         [sys.executable, "-m", "replicad.cli", "invalidate", "-c", str(config)],
-        cwd=ROOT, capture_output=True, timeout=60, env={**os.environ, **env},
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
 
 
 def _gone(cache: Any, keys: list[str]) -> Callable[[], bool]:
@@ -103,30 +115,57 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
     pki = server_pki(tmp_path / "pki")
     port = free_port()
     server = PrivateRedis(
-        tmp_path / "redis", "--port", "0", "--tls-port", str(port),
-        "--tls-cert-file", str(pki.cert), "--tls-key-file", str(pki.key),
-        "--tls-ca-cert-file", str(pki.ca), "--tls-auth-clients", "no",
-        "--user", "default", "off", "--user", "inv", "on", ">right-pw-1", "~*", "&*", "+@all",
+        tmp_path / "redis",
+        "--port",
+        "0",
+        "--tls-port",
+        str(port),
+        "--tls-cert-file",
+        str(pki.cert),
+        "--tls-key-file",
+        str(pki.key),
+        "--tls-ca-cert-file",
+        str(pki.ca),
+        "--tls-auth-clients",
+        "no",
+        "--user",
+        "default",
+        "off",
+        "--user",
+        "inv",
+        "on",
+        ">right-pw-1",
+        "~*",
+        "&*",
+        "+@all",
         port=port,
-    )  # fmt: skip
-    execute(conn, "CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40))",
-             "CREATE TABLE g (id INT PRIMARY KEY)",
-             "CREATE TABLE o (id INT PRIMARY KEY)")  # fmt: skip
+    )
+    execute(
+        conn,
+        "CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40))",
+        "CREATE TABLE g (id INT PRIMARY KEY)",
+        "CREATE TABLE o (id INT PRIMARY KEY)",
+    )
     url = f"rediss://inv@127.0.0.1:{port}/0"
     replicad, prefix, group = _pipeline(
-        tmp_path, kafka, name, 7611,
+        tmp_path,
+        kafka,
+        name,
+        7611,
         f"{{url: '{url}', password_env: TEST_REDIS_PW, tls_ca: '{pki.ca}', timeout_s: 2}}",
         f"- {{table: '{name}\\.u', keys: ['u:{{id}}', 'u:email:{{email}}'], "
         "table_action: scan, table_key: 'u:*'}\n"
         f"- {{table: '{name}\\.(g|g2)', keys: ['g:{{id}}'], table_action: generation, "
         "table_key: 'gen:g'}\n"
         f"- {{table: '{name}\\.o', keys: ['o:{{id}}']}}\n",
-    )  # fmt: skip
+    )
     server.up()
-    cache = redis.Redis(port=port, ssl=True, ssl_ca_certs=str(pki.ca), username="inv",
-                        password="right-pw-1")  # fmt: skip
-    invalidator = InvalidatorProcess(replicad.config, tmp_path / "invalidate.log",
-                                     {"TEST_REDIS_PW": "right-pw-1"})  # fmt: skip
+    cache = redis.Redis(
+        port=port, ssl=True, ssl_ca_certs=str(pki.ca), username="inv", password="right-pw-1"
+    )
+    invalidator = InvalidatorProcess(
+        replicad.config, tmp_path / "invalidate.log", {"TEST_REDIS_PW": "right-pw-1"}
+    )
     try:
         replicad.start()
         invalidator.start()
@@ -135,8 +174,12 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
         row_keys = [f"u:{i}" for i in range(1, 21)] + [f"u:email:m{i}@x" for i in range(1, 21)]
         row_keys.append("o:1")
         cache.mset(dict.fromkeys(row_keys, "cached"))
-        execute(conn, "INSERT INTO u SELECT seq, CONCAT('m', seq, '@x') FROM seq_1_to_20",
-                 "INSERT INTO g VALUES (1)", "INSERT INTO o VALUES (1)")  # fmt: skip
+        execute(
+            conn,
+            "INSERT INTO u SELECT seq, CONCAT('m', seq, '@x') FROM seq_1_to_20",
+            "INSERT INTO g VALUES (1)",
+            "INSERT INTO o VALUES (1)",
+        )
         wait_for(_gone(cache, row_keys), 60, "the rows' keys to go over TLS")
 
         # TRUNCATE with scan: 1500 keys of the pattern (3 UNLINK chunks, 2 SCAN pages at
@@ -154,16 +197,21 @@ def test_tls_and_an_acl_user_then_table_wide_scan_and_generation_then_wrong_ca_a
         for topic in (f"{prefix}.{name}.g", f"{prefix}.schema"):
             ends = topic_ends(kafka, topic)
             if ends:  # everything read: no late fourth bump
-                wait_for(lambda t=topic, e=ends: committed(kafka, group, t, list(e)) == e,
-                         60, f"the invalidator to commit {topic}")  # fmt: skip
+                wait_for(
+                    lambda t=topic, e=ends: committed(kafka, group, t, list(e)) == e,
+                    60,
+                    f"the invalidator to commit {topic}",
+                )
         assert invalidator.stop() == 0
         assert cache.get("gen:g") == b"3"
         assert {k: cache.get(k) for k in kept} == {k: v.encode() for k, v in kept.items()}
         table_wide = [e for e in invalidator.events() if e["event"] == "invalidate_table_wide"]
         assert sorted((e["action"], e["reason"]) for e in table_wide) == [
-            ("generation", "drop"), ("generation", "rename"), ("generation", "truncate"),
+            ("generation", "drop"),
+            ("generation", "rename"),
+            ("generation", "truncate"),
             ("scan", "truncate"),
-        ]  # fmt: skip
+        ]
 
         # A CA that did not sign the certificate: 78 at the start, naming the URL.
         wrong_ca = replicad.config.with_name("wrong-ca.yaml")
@@ -221,17 +269,25 @@ def _topic_made(replicad: KafkaReplicad, conn: pymysql.connections.Connection) -
 
 def _wait_joined(*invalidators: InvalidatorProcess) -> None:
     """Until each instance holds partitions: a workload then runs with them consuming."""
-    wait_for(lambda: all(any(e["event"] == "invalidate_assigned" and e["partitions"]
-                             for e in i.events()) for i in invalidators), 30,
-             "the invalidators to join their group")  # fmt: skip
+    wait_for(
+        lambda: all(
+            any(e["event"] == "invalidate_assigned" and e["partitions"] for e in i.events())
+            for i in invalidators
+        ),
+        30,
+        "the invalidators to join their group",
+    )
 
 
 def _settled(replicad: KafkaReplicad, kafka: str, group: str, topic: str) -> None:
     """The pipeline passed the workload's end and the group committed every message."""
     wait_caught_up(replicad, timeout=120)
     ends = topic_ends(kafka, topic)
-    wait_for(lambda: committed(kafka, group, topic, list(ends)) == ends, 120,
-             "the invalidators to commit every message")  # fmt: skip
+    wait_for(
+        lambda: committed(kafka, group, topic, list(ends)) == ends,
+        120,
+        "the invalidators to commit every message",
+    )
 
 
 @pytest.fixture
@@ -268,28 +324,49 @@ def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
     # A replica's full synchronisation starts at once, not after 5 s (diskless sync delay).
     sync = ("--repl-diskless-sync-delay", "0")
     master = PrivateRedis(tmp_path / "master", *sync, port=master_port)
-    replica = PrivateRedis(tmp_path / "replica", *sync, "--replicaof", "127.0.0.1",
-                           str(master_port), port=replica_port)  # fmt: skip
+    replica = PrivateRedis(
+        tmp_path / "replica", *sync, "--replicaof", "127.0.0.1", str(master_port), port=replica_port
+    )
     sentinel = PrivateRedis(
-        tmp_path / "sentinel", "--sentinel",
-        "--sentinel", "monitor", "cache", "127.0.0.1", str(master_port), "1",
-        "--sentinel", "down-after-milliseconds", "cache", "2000",
-        "--sentinel", "failover-timeout", "cache", "10000",
+        tmp_path / "sentinel",
+        "--sentinel",
+        "--sentinel",
+        "monitor",
+        "cache",
+        "127.0.0.1",
+        str(master_port),
+        "1",
+        "--sentinel",
+        "down-after-milliseconds",
+        "cache",
+        "2000",
+        "--sentinel",
+        "failover-timeout",
+        "cache",
+        "10000",
         port=sentinel_port,
-    )  # fmt: skip
+    )
     replicad, prefix, group = _pipeline(
-        tmp_path, kafka, name, 7612,
+        tmp_path,
+        kafka,
+        name,
+        7612,
         f"{{sentinel: {{master: cache, nodes: ['127.0.0.1:{sentinel_port}']}}, timeout_s: 1}}",
-        USERS_RULE % name, partitions=2, invalidate_yaml=f"redelete_after_ms: {REDELETE_MS}",
-    )  # fmt: skip
+        USERS_RULE % name,
+        partitions=2,
+        invalidate_yaml=f"redelete_after_ms: {REDELETE_MS}",
+    )
     invalidator = InvalidatorProcess(replicad.config, tmp_path / "invalidate.log")
     servers = [master, replica, sentinel]
     try:
         for server in servers:
             server.up()
         watcher = Sentinel([("127.0.0.1", sentinel_port)], socket_timeout=1)
-        wait_for(lambda: len(watcher.discover_slaves("cache")) == 1, 20,
-                 "the Sentinel to know the replica")  # fmt: skip
+        wait_for(
+            lambda: len(watcher.discover_slaves("cache")) == 1,
+            20,
+            "the Sentinel to know the replica",
+        )
         # After a failover the invalidator waits (WAIT) until the new master has a replica:
         # the old one, once Sentinel demoted it (4 publish periods after it saw it still
         # master, 8 s by default) and it synchronised. Shorter periods keep the test short.
@@ -312,13 +389,19 @@ def test_sentinel_failover_mid_stream_leaves_no_stale_entry(
                 watcher.sentinels[0].execute_command("SENTINEL FAILOVER", "cache")
 
         workload.run(6.0, seed=22, during=failover)
-        wait_for(lambda: watcher.discover_master("cache")[1] == replica_port, 30,
-                 "the Sentinel to name the replica as master")  # fmt: skip
+        wait_for(
+            lambda: watcher.discover_master("cache")[1] == replica_port,
+            30,
+            "the Sentinel to name the replica as master",
+        )
         # The old master keeps taking writes until it is demoted; only then is its data
         # replaced by the new master's, which the oracle must judge.
         old = redis.Redis(port=master_port, decode_responses=True)
-        wait_for(lambda: old.info("replication").get("master_link_status") == "up", 30,
-                 "the old master to be a synchronised replica")  # fmt: skip
+        wait_for(
+            lambda: old.info("replication").get("master_link_status") == "up",
+            30,
+            "the old master to be a synchronised replica",
+        )
         _settled(replicad, kafka, group, topic)
         new_master = redis.Redis(port=replica_port)
         assert not (stale := stale_entries(new_master, conn)), stale[:10]
@@ -347,27 +430,51 @@ def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_prima
     taken: set[int] = set()
     ports = [free_port(taken, bus=True) for _ in range(3)]
     nodes = [
-        PrivateRedis(tmp_path / f"node{p}", "--cluster-enabled", "yes",
-                     "--cluster-config-file", str(tmp_path / f"node{p}" / "nodes.conf"),
-                     "--cluster-node-timeout", "2000", port=p)
+        PrivateRedis(
+            tmp_path / f"node{p}",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            str(tmp_path / f"node{p}" / "nodes.conf"),
+            "--cluster-node-timeout",
+            "2000",
+            port=p,
+        )
         for p in ports
-    ]  # fmt: skip
+    ]
     replicad, _, _ = _pipeline(
-        tmp_path, kafka, name, 7613,
+        tmp_path,
+        kafka,
+        name,
+        7613,
         f"{{url: 'redis://127.0.0.1:{ports[0]}/0', cluster: true, timeout_s: 2}}",
         f"- {{table: '{name}\\.c', keys: ['c:{{id}}'], table_action: scan, table_key: 'c:*'}}\n"
         f"- {{table: '{name}\\.k', keys: ['k:{{id}}']}}\n",
-    )  # fmt: skip
+    )
     invalidator = InvalidatorProcess(replicad.config, tmp_path / "invalidate.log")
     try:
         for node in nodes:
             node.up()
-        subprocess.run(["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
-                        "--cluster-replicas", "0", "--cluster-yes"],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         singles = [redis.Redis(port=p) for p in ports]
-        wait_for(lambda: all(s.cluster("info").get("cluster_state") == "ok"
-                             for s in singles), 30, "the cluster to be ok")  # fmt: skip
+        wait_for(
+            lambda: all(s.cluster("info").get("cluster_state") == "ok" for s in singles),
+            30,
+            "the cluster to be ok",
+        )
         cache = RedisCluster(host="127.0.0.1", port=ports[0])
         wait_for(lambda: len(cache.get_primaries()) == 3, 10, "three primaries")
         replicad.start()
@@ -380,8 +487,11 @@ def test_cluster_row_keys_on_every_node_and_a_truncate_scan_reaching_every_prima
         for key in row_keys + [f"k:{i}" for i in range(1, 31)]:
             cache.set(key, "cached")
         assert all(n > 0 for n in per_node("c:*")), per_node("c:*")  # keys on every node
-        execute(conn, "INSERT INTO c SELECT seq, 0 FROM seq_1_to_30",
-                 "INSERT INTO k SELECT seq FROM seq_1_to_30")  # fmt: skip
+        execute(
+            conn,
+            "INSERT INTO c SELECT seq, 0 FROM seq_1_to_30",
+            "INSERT INTO k SELECT seq FROM seq_1_to_30",
+        )
         wait_for(lambda: per_node("c:*") == [0, 0, 0], 60, "the rows' keys to go on every node")
 
         for i in range(600):
@@ -423,10 +533,15 @@ def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_i
     execute(conn, USERS_SQL, USERS_FILL_SQL)
     server = PrivateRedis(tmp_path / "redis", port=free_port())
     replicad, prefix, group = _pipeline(
-        tmp_path, kafka, name, 7614,
+        tmp_path,
+        kafka,
+        name,
+        7614,
         f"{{url: 'redis://127.0.0.1:{server.port}/0', timeout_s: 1}}",
-        USERS_RULE % name, partitions=4, invalidate_yaml=f"redelete_after_ms: {REDELETE_MS}",
-    )  # fmt: skip
+        USERS_RULE % name,
+        partitions=4,
+        invalidate_yaml=f"redelete_after_ms: {REDELETE_MS}",
+    )
     first = InvalidatorProcess(replicad.config, tmp_path / "first.log")
     second = InvalidatorProcess(replicad.config, tmp_path / "second.log")
     topic = f"{prefix}.{name}.users"
@@ -458,8 +573,11 @@ def test_two_instances_share_the_partitions_and_one_takes_over_after_the_other_i
 
         workload.run(6.0, seed=32, during=kill)
         assert killed
-        wait_for(lambda: _assigned(second, topic) == {0, 1, 2, 3}, 60,
-                 "the survivor to take every partition")  # fmt: skip
+        wait_for(
+            lambda: _assigned(second, topic) == {0, 1, 2, 3},
+            60,
+            "the survivor to take every partition",
+        )
         took = time.monotonic() - killed[0]
         print(f"takeover after the SIGKILL: {took:.1f} s")
         assert took < TAKEOVER_S, f"the takeover took {took:.1f} s (session timeout default?)"

@@ -92,8 +92,15 @@ def test_random_workload_folds_to_the_tables(shop, kafka, tmp_path) -> None:
     some = next(r for r in records if r.value is not None)
     envelope = orjson.loads(some.value)
     assert set(envelope) == {
-        "before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"
-    }  # fmt: skip
+        "before",
+        "after",
+        "source",
+        "op",
+        "ts_ms",
+        "ts_us",
+        "ts_ns",
+        "transaction",
+    }
     assert {
         "db",
         "table",

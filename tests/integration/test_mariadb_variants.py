@@ -207,10 +207,25 @@ def test_dump_cli_envelope_positions_and_events(table, mariadb) -> None:
     assert first["before"] is None
     assert first["after"] == {"id": 1, "a": "a", "b": 1, "big": "AQ==", "note": "n1"}
     assert set(first["source"]) == {
-        "version", "connector", "name", "snapshot", "thread", "query", "schema_version",
-        "file", "pos", "gtid", "row", "server_id", "ts_ms", "ts_us", "ts_ns", "sequence", "db",
-        "table"
-    }  # fmt: skip
+        "version",
+        "connector",
+        "name",
+        "snapshot",
+        "thread",
+        "query",
+        "schema_version",
+        "file",
+        "pos",
+        "gtid",
+        "row",
+        "server_id",
+        "ts_ms",
+        "ts_us",
+        "ts_ns",
+        "sequence",
+        "db",
+        "table",
+    }
     assert first["source"]["file"] == file and first["source"]["server_id"] == 1
     assert mine[1]["source"]["row"] == 1 and mine[1]["source"]["pos"] == first["source"]["pos"]
     assert mine[2]["before"]["a"] == "b" and mine[2]["after"]["a"] == "z"

@@ -49,8 +49,11 @@ def test_every_change_has_a_notice_through_a_broker_restart_and_the_position_wai
         time.sleep(3)
         assert not gtid_reached((daemon.position() or {}).get("mariadb_gtid"), target)
         broker.up()
-        wait_for(lambda: gtid_reached((daemon.position() or {}).get("mariadb_gtid"), target), 60,
-                 "the position to move once the broker is back")  # fmt: skip
+        wait_for(
+            lambda: gtid_reached((daemon.position() or {}).get("mariadb_gtid"), target),
+            60,
+            "the position to move once the broker is back",
+        )
         wanted = {_coordinates(m) for m in daemon.messages()}
         assert len(wanted) == 450 * 2 + 150  # inserts, updates, deletes
         wait_for(lambda: subscriber.seen() >= wanted, 60, "a notice for every change")
@@ -72,17 +75,25 @@ def test_wrong_mqtt_credentials_exit_78_naming_the_sink(db, tmp_path) -> None:
     passwd.touch()
     subprocess.run(["mosquitto_passwd", "-b", str(passwd), "replicad", "right"], check=True)
     broker = Mosquitto(tmp_path / "mosquitto", passwd)
-    daemon = _daemon(tmp_path / "replicad", broker.port, "w", name,
-                     ", username: replicad, password_env: TEST_MQTT_PW")  # fmt: skip
+    daemon = _daemon(
+        tmp_path / "replicad",
+        broker.port,
+        "w",
+        name,
+        ", username: replicad, password_env: TEST_MQTT_PW",
+    )
     broker.up()
     try:
         with conn.cursor() as cur:
             cur.execute("CREATE TABLE w (id INT PRIMARY KEY)")
         conn.commit()
         proc = subprocess.Popen(
-            [*daemon_command(daemon)], cwd=ROOT, env={**daemon.env, "TEST_MQTT_PW": "wrong"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [*daemon_command(daemon)],
+            cwd=ROOT,
+            env={**daemon.env, "TEST_MQTT_PW": "wrong"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(2)
         with conn.cursor() as cur:
             cur.execute("INSERT INTO w VALUES (1)")

@@ -39,8 +39,14 @@ def test_tls_notices_arrive_and_an_unknown_ca_stops_the_daemon_with_78(db, tmp_p
     pki = server_pki(tmp_path / "pki")
     broker = Mosquitto(tmp_path / "mosquitto", port=free_port(), tls=(pki.cert, pki.key))
     prefix = f"t{uuid.uuid4().hex[:6]}"
-    daemon = mqtt_daemon(tmp_path / "replicad", broker.port, prefix, name,
-                         f", tls: true, tls_ca: '{pki.ca}'", server_id=7621)  # fmt: skip
+    daemon = mqtt_daemon(
+        tmp_path / "replicad",
+        broker.port,
+        prefix,
+        name,
+        f", tls: true, tls_ca: '{pki.ca}'",
+        server_id=7621,
+    )
     broker.up()
     subscriber: Subscriber | None = None
     try:
@@ -56,12 +62,21 @@ def test_tls_notices_arrive_and_an_unknown_ca_stops_the_daemon_with_78(db, tmp_p
         assert daemon.stop() == 0
 
         # The same broker, a CA that did not sign its certificate: 78, naming host and port.
-        wrong = mqtt_daemon(tmp_path / "wrong-ca", broker.port, prefix, name,
-                            f", tls: true, tls_ca: '{pki.other_ca}'", server_id=7622)  # fmt: skip
+        wrong = mqtt_daemon(
+            tmp_path / "wrong-ca",
+            broker.port,
+            prefix,
+            name,
+            f", tls: true, tls_ca: '{pki.other_ca}'",
+            server_id=7622,
+        )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "replicad.cli", "run", "-c", str(wrong.config)], cwd=ROOT,
-            env=wrong.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [sys.executable, "-m", "replicad.cli", "run", "-c", str(wrong.config)],
+            cwd=ROOT,
+            env=wrong.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             time.sleep(1.0)
             write_rows(conn, 100, 1)  # a notice to send
@@ -92,9 +107,14 @@ def test_envelope_notices_equal_the_kafka_values(db, kafka, tmp_path) -> None:
     broker = Mosquitto(tmp_path / "mosquitto", port=free_port())
     prefix = f"e{uuid.uuid4().hex[:6]}"
     daemon = mqtt_daemon(
-        tmp_path / "replicad", broker.port, prefix, name, ", envelope: true", server_id=7623,
+        tmp_path / "replicad",
+        broker.port,
+        prefix,
+        name,
+        ", envelope: true",
+        server_id=7623,
         sinks_extra=f"\n  kafka: {{bootstrap_servers: '{kafka}', prefix: {prefix}}}",
-    )  # fmt: skip
+    )
     broker.up()
     subscriber: Subscriber | None = None
     try:
@@ -114,8 +134,9 @@ def test_envelope_notices_equal_the_kafka_values(db, kafka, tmp_path) -> None:
         conn.commit()
         target = master_gtid()
         wait_for(lambda: _reached(daemon, target), 30, "the position to pass every change")
-        records = [r for r in consume_all(kafka, [f"{prefix}.{name}.m"], idle_s=2.0)
-                   if r.value is not None]  # fmt: skip
+        records = [
+            r for r in consume_all(kafka, [f"{prefix}.{name}.m"], idle_s=2.0) if r.value is not None
+        ]
 
         def by_change(values: list[dict]) -> dict[tuple, dict]:
             out = {}
@@ -159,9 +180,15 @@ def test_a_frozen_broker_holds_the_pipeline_at_max_in_flight_and_nothing_is_lost
     prefix = f"b{uuid.uuid4().hex[:6]}"
     metrics_port = free_port()
     metrics_yaml = f"metrics: {{listen: '127.0.0.1:{metrics_port}'}}\n"
-    daemon = mqtt_daemon(tmp_path / "replicad", broker.port, prefix, name,
-                         f", max_in_flight: {MAX_IN_FLIGHT}", server_id=7624,
-                         extra_yaml=metrics_yaml)  # fmt: skip
+    daemon = mqtt_daemon(
+        tmp_path / "replicad",
+        broker.port,
+        prefix,
+        name,
+        f", max_in_flight: {MAX_IN_FLIGHT}",
+        server_id=7624,
+        extra_yaml=metrics_yaml,
+    )
     broker.up()
     subscriber: Subscriber | None = None
     frozen = False

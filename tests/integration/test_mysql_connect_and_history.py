@@ -54,10 +54,14 @@ def sha2_user(mysql: MySQLServer) -> Iterator[tuple[str, str]]:
     root = connect_root()
     try:
         with root.cursor() as cur:
-            cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED WITH"
-                        f" caching_sha2_password BY '{password}'")  # fmt: skip
-            cur.execute("GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*"
-                        f" TO '{user}'@'127.0.0.1'")  # fmt: skip
+            cur.execute(
+                f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED WITH"
+                f" caching_sha2_password BY '{password}'"
+            )
+            cur.execute(
+                "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*"
+                f" TO '{user}'@'127.0.0.1'"
+            )
         yield user, password
     finally:
         with root.cursor() as cur:
@@ -80,23 +84,30 @@ def _streams_row(replicad: Replicad, conn: pymysql.connections.Connection, db: s
     try:
         with conn.cursor() as cur:
             cur.execute("INSERT INTO t VALUES (%s)", (key,))
-        wait_for(lambda: any(c["after"]["id"] == key for c in _ours(replicad, db)), 60,
-                 f"row {key}")  # fmt: skip
+        wait_for(
+            lambda: any(c["after"]["id"] == key for c in _ours(replicad, db)), 60, f"row {key}"
+        )
     finally:
         assert replicad.stop() == 0
 
 
 def _logins(replicad: Replicad) -> list[tuple[bool, str]]:
     """(over TLS, authentication plugin) of each connection, from `source_connected`."""
-    return [(e["tls"], e["auth_plugin"]) for e in replicad.log_events()
-            if e["event"] == "source_connected"]  # fmt: skip
+    return [
+        (e["tls"], e["auth_plugin"])
+        for e in replicad.log_events()
+        if e["event"] == "source_connected"
+    ]
 
 
 def _stranger_key(tmp: Path) -> Path:
     path = tmp / "stranger.pem"
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    path.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    path.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return path
 
 
@@ -110,9 +121,14 @@ def test_caching_sha2_full_authentication_over_tls_with_a_verified_ca(
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
     stranger = _stranger_key(tmp_path)
     (tmp_path / "ok").mkdir()
-    replicad = Replicad(tmp_path / "ok", server_id=7901, port=MYSQL_PORT, user=user,
-                        password=password, tls=f"{{mode: verify-ca, ca: {SERVER_CA},"
-                        f" server_public_key: {stranger}}}")  # fmt: skip
+    replicad = Replicad(
+        tmp_path / "ok",
+        server_id=7901,
+        port=MYSQL_PORT,
+        user=user,
+        password=password,
+        tls=f"{{mode: verify-ca, ca: {SERVER_CA}, server_public_key: {stranger}}}",
+    )
     # A full authentication: it succeeds with a stranger's RSA key configured only because
     # the password goes in clear over TLS instead of encrypted with that key.
     _flush_password_cache(conn)
@@ -122,9 +138,14 @@ def test_caching_sha2_full_authentication_over_tls_with_a_verified_ca(
 
     # verify-ca means it: a CA that did not sign the server's certificate is refused.
     other_ca = server_pki(tmp_path / "bad").other_ca
-    refused = Replicad(tmp_path / "bad", server_id=7902, port=MYSQL_PORT, user=user,
-                       password=password,
-                       tls=f"{{mode: verify-ca, ca: {other_ca}}}").run_to_exit()  # fmt: skip
+    refused = Replicad(
+        tmp_path / "bad",
+        server_id=7902,
+        port=MYSQL_PORT,
+        user=user,
+        password=password,
+        tls=f"{{mode: verify-ca, ca: {other_ca}}}",
+    ).run_to_exit()
     assert refused.returncode != 0, refused.stderr
     assert b"certificate" in refused.stderr.lower(), refused.stderr
 
@@ -143,8 +164,9 @@ def test_caching_sha2_without_tls_takes_the_rsa_exchange_then_the_fast_path(
 
     def plain(run: Path, server_id: int, key: Path | None = None) -> Replicad:
         tls = "{mode: disabled}" if key is None else f"{{mode: disabled, server_public_key: {key}}}"
-        return Replicad(run, server_id=server_id, port=MYSQL_PORT, user=user, password=password,
-                        tls=tls)  # fmt: skip
+        return Replicad(
+            run, server_id=server_id, port=MYSQL_PORT, user=user, password=password, tls=tls
+        )
 
     _flush_password_cache(conn)
     # A full authentication without TLS encrypts the password with the key given: with a
@@ -263,8 +285,10 @@ def test_minimal_metadata_changes_carry_the_columns_they_were_written_with(
 ) -> None:
     conn, db = mysql_db
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT UNSIGNED, "
-                    "color ENUM('red','green','blue'), tags SET('x','y'))")  # fmt: skip
+        cur.execute(
+            "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT UNSIGNED, "
+            "color ENUM('red','green','blue'), tags SET('x','y'))"
+        )
     replicad = Replicad(tmp_path, server_id=7908, port=MYSQL_PORT)
     statements_live = [
         "INSERT INTO a VALUES (1, 'one', 18446744073709551615, 'green', 'x,y')",
@@ -318,6 +342,9 @@ def test_minimal_metadata_changes_carry_the_columns_they_were_written_with(
     events = [e["event"] for e in replicad.log_events()]
     assert events.count("schema_snapshot") == 1, "a resume never takes a new snapshot"
     assert "schema_history_loaded" in events
-    warnings = [e for e in replicad.log_events()
-                if e["event"].startswith("schema_") and e.get("level") == "warning"]  # fmt: skip
+    warnings = [
+        e
+        for e in replicad.log_events()
+        if e["event"].startswith("schema_") and e.get("level") == "warning"
+    ]
     assert warnings == []

@@ -104,8 +104,10 @@ def test_decimal_text_equals_the_servers(server: Server, column: tuple[int, int,
     table = f"d_{precision}_{scale}"
     with server.conn.cursor() as cur:
         if table not in server.tables:
-            cur.execute(f"CREATE TABLE {table} (id INT AUTO_INCREMENT PRIMARY KEY, d DECIMAL"
-                        f"({precision},{scale}))")  # fmt: skip
+            cur.execute(
+                f"CREATE TABLE {table} (id INT AUTO_INCREMENT PRIMARY KEY, d DECIMAL"
+                f"({precision},{scale}))"
+            )
             server.tables.add(table)
         start = server.position(server.conn)
         cur.execute(f"INSERT INTO {table} (d) VALUES " + ", ".join(f"({v})" for v in literals))

@@ -189,8 +189,10 @@ def reload_user(mysql: MySQLServer) -> Iterator[dict[str, str]]:  # noqa: F811
     try:
         with root.cursor() as cur:
             cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'")
-            cur.execute("GRANT RELOAD, REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* "
-                        f"TO '{user}'@'127.0.0.1'")  # fmt: skip
+            cur.execute(
+                "GRANT RELOAD, REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* "
+                f"TO '{user}'@'127.0.0.1'"
+            )
         yield {"user": user, "password": password}
     finally:
         with root.cursor() as cur:
@@ -314,18 +316,26 @@ def test_consistent_initial_snapshot_of_mysql_with_minimal_locking_under_writes(
         prefix = f"c{uuid.uuid4().hex[:8]}"
         with DelayProxy("127.0.0.1", MYSQL_PORT, 0.02) as proxy:
             replicad = _replicad(
-                tmp_path, 7464, prefix, kafka,
+                tmp_path,
+                7464,
+                prefix,
+                kafka,
                 "snapshot: {mode: initial, initial_method: consistent, locking: minimal, "
                 "chunk_rows: 2000}\n",
-                db, port=proxy.port, **reload_user,
-            )  # fmt: skip
+                db,
+                port=proxy.port,
+                **reload_user,
+            )
             replicad.start()
             wait_for(lambda: replicad.count("snapshot_started") == 1, 60, "the read view")
             assert hammer.stop() > 0  # it committed through the lock; rows for the stream
             wait_for(lambda: replicad.count("snapshot_done") == 1, 240, "the snapshot to end")
             written = sum(w.workload.statements for w in writers)
-            wait_for(lambda: sum(w.workload.statements for w in writers) >= written + 300, 120,
-                     "writes after it")  # fmt: skip
+            wait_for(
+                lambda: sum(w.workload.statements for w in writers) >= written + 300,
+                120,
+                "writes after it",
+            )
             assert all(w.stop() > 0 for w in writers)
             latencies = probe.stop()
             _wait_caught_up(replicad)
@@ -368,9 +378,13 @@ def test_a_consistent_initial_snapshot_of_mysql_needs_the_lock_and_its_privilege
     for i, (locking, fragments) in enumerate(cases):
         prefix = f"n{uuid.uuid4().hex[:8]}"
         replicad = _replicad(
-            tmp_path / str(i), 7462, prefix, kafka,
-            f"snapshot: {{mode: initial, initial_method: consistent{locking}}}\n", db,
-        )  # fmt: skip
+            tmp_path / str(i),
+            7462,
+            prefix,
+            kafka,
+            f"snapshot: {{mode: initial, initial_method: consistent{locking}}}\n",
+            db,
+        )
         result = replicad.run_to_exit(timeout=60)
         assert result.returncode == 78, result.stderr[-2000:]
         for fragment in fragments:
@@ -401,11 +415,15 @@ def test_a_global_read_lock_held_off_times_out_instead_of_hanging(
     holder.start()
     prefix = f"l{uuid.uuid4().hex[:8]}"
     replicad = _replicad(
-        tmp_path, 7465, prefix, kafka,
+        tmp_path,
+        7465,
+        prefix,
+        kafka,
         "snapshot: {mode: initial, initial_method: consistent, locking: minimal, "
         "lock_timeout_s: 1}\n",
-        db, **reload_user,
-    )  # fmt: skip
+        db,
+        **reload_user,
+    )
     began = time.monotonic()
     result = replicad.run_to_exit(timeout=60)
     took = time.monotonic() - began

@@ -38,8 +38,9 @@ def env() -> dict[str, str]:
 
 
 def run(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*REPLICAD, *args], cwd=cwd, env=env(), capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [*REPLICAD, *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_line(proc: subprocess.CompletedProcess[str], code: int, prefix: str) -> str:
@@ -61,10 +62,15 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> str:
 
 
 def test_invalidate_with_an_http_redis_url_exits_78_naming_the_key(tmp_path: Path) -> None:
-    config = write(tmp_path, "c.yaml", (
-        f"sinks: {{kafka: {{bootstrap_servers: '127.0.0.1:{closed_port()}'}}}}\n"
-        "invalidate:\n  redis: {url: 'http://user:s3cret@127.0.0.1:6379'}\n"
-        "  rules: [{table: '.*', keys: ['k:{id}']}]\n"))  # fmt: skip
+    config = write(
+        tmp_path,
+        "c.yaml",
+        (
+            f"sinks: {{kafka: {{bootstrap_servers: '127.0.0.1:{closed_port()}'}}}}\n"
+            "invalidate:\n  redis: {url: 'http://user:s3cret@127.0.0.1:6379'}\n"
+            "  rules: [{table: '.*', keys: ['k:{id}']}]\n"
+        ),
+    )
     line = one_line(run("invalidate", "-c", config, cwd=tmp_path), 78, "replicad invalidate: ")
     assert "key=invalidate.redis.url" in line and "s3cret" not in line
 
@@ -118,8 +124,11 @@ def test_dump_with_a_start_past_the_end_or_after_the_stop_exits_64(
     proc = run("dump", name, *args, cwd=tmp_path)
     line = one_line(proc, 64, "replicad dump: --start-position ")
     assert proc.stdout == ""
-    assert (f"past the end of {name} ({size} bytes)" if where == "past the end"
-            else "is after --stop-position 100") in line  # fmt: skip
+    assert (
+        f"past the end of {name} ({size} bytes)"
+        if where == "past the end"
+        else "is after --stop-position 100"
+    ) in line
 
 
 def test_dump_of_the_magic_then_garbage_exits_65_with_an_implausible_length(
@@ -135,13 +144,23 @@ def test_invalidate_with_kafka_down_says_so_once_not_per_attempt(tmp_path: Path)
     cache = PrivateRedis(tmp_path / "redis")
     cache.up()
     try:
-        config = write(tmp_path, "c.yaml", (
-            f"sinks: {{kafka: {{bootstrap_servers: '127.0.0.1:{closed_port()}'}}}}\n"
-            "log: {format: json}\n"
-            f"invalidate:\n  redis: {{url: 'redis://127.0.0.1:{cache.port}/0'}}\n"
-            "  rules: [{table: '.*', keys: ['k:{id}']}]\n"))  # fmt: skip
-        proc = subprocess.Popen([*REPLICAD, "invalidate", "-c", config], cwd=tmp_path,
-                                env=env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
+        config = write(
+            tmp_path,
+            "c.yaml",
+            (
+                f"sinks: {{kafka: {{bootstrap_servers: '127.0.0.1:{closed_port()}'}}}}\n"
+                "log: {format: json}\n"
+                f"invalidate:\n  redis: {{url: 'redis://127.0.0.1:{cache.port}/0'}}\n"
+                "  rules: [{table: '.*', keys: ['k:{id}']}]\n"
+            ),
+        )
+        proc = subprocess.Popen(
+            [*REPLICAD, "invalidate", "-c", config],
+            cwd=tmp_path,
+            env=env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(10)  # librdkafka retried ~190 times in 10 s before the limit
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -157,8 +176,11 @@ def test_invalidate_with_kafka_down_says_so_once_not_per_attempt(tmp_path: Path)
 
 
 def _zookeeper_config(tmp_path: Path, hosts: str) -> str:
-    return write(tmp_path, "zk.yaml", "coordination:\n  zookeeper:\n"
-                 f"    hosts: '{hosts}'\n    connect_timeout_s: 1\n")  # fmt: skip
+    return write(
+        tmp_path,
+        "zk.yaml",
+        f"coordination:\n  zookeeper:\n    hosts: '{hosts}'\n    connect_timeout_s: 1\n",
+    )
 
 
 @pytest.mark.parametrize("command", [["status"], ["snapshot", "status"]])
@@ -176,8 +198,12 @@ def test_status_with_an_unparseable_zookeeper_host_list_exits_78(tmp_path: Path)
 
 
 def _run_config(tmp_path: Path) -> str:
-    return write(tmp_path, "run.yaml", f"source: {{port: {closed_port()}, password: x}}\n"
-                 f"coordination: {{local: {{path: {tmp_path / 'pos.json'}}}}}\n")  # fmt: skip
+    return write(
+        tmp_path,
+        "run.yaml",
+        f"source: {{port: {closed_port()}, password: x}}\n"
+        f"coordination: {{local: {{path: {tmp_path / 'pos.json'}}}}}\n",
+    )
 
 
 def test_run_whose_stderr_reader_went_away_exits_non_zero(tmp_path: Path) -> None:
@@ -185,8 +211,14 @@ def test_run_whose_stderr_reader_went_away_exits_non_zero(tmp_path: Path) -> Non
     read_end, write_end = os.pipe()
     os.close(read_end)  # `2>&1 | head -0`: nobody reads the log
     try:
-        proc = subprocess.run([*REPLICAD, "run", "-c", config], cwd=tmp_path, env=env(),
-                              stdout=write_end, stderr=write_end, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [*REPLICAD, "run", "-c", config],
+            cwd=tmp_path,
+            env=env(),
+            stdout=write_end,
+            stderr=write_end,
+            timeout=60,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == 75
@@ -196,8 +228,12 @@ def test_run_started_with_stderr_closed_exits_non_zero(tmp_path: Path) -> None:
     config = _run_config(tmp_path)
     proc = subprocess.run(
         ["bash", "-c", 'exec "$@" 2>&-', "-", *REPLICAD, "run", "-c", config],
-        cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 78
     assert proc.stdout == ""  # its log did not go to standard output instead
 
@@ -206,10 +242,12 @@ def test_run_started_with_stderr_closed_exits_non_zero(tmp_path: Path) -> None:
     ("text", "expected"),
     [
         ("sorce:\n  host: a\n", "sorce: unknown key `sorce` (did you mean `source`?)"),
-        ("source: {start: earliest}\nsnapshot: {mode: initial}\n",
-         "source.start: snapshot.mode initial/when_needed"),
+        (
+            "source: {start: earliest}\nsnapshot: {mode: initial}\n",
+            "source.start: snapshot.mode initial/when_needed",
+        ),
     ],
-)  # fmt: skip
+)
 def test_config_errors_are_one_plain_line_naming_the_key(
     tmp_path: Path, text: str, expected: str
 ) -> None:

@@ -337,8 +337,10 @@ async def test_closing_a_connection_mid_dump_frees_the_primarys_dump_thread(db: 
 
     def dump_thread_alive() -> bool:
         with pm.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
-                        (int(thread_id),))  # fmt: skip
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
+                (int(thread_id),),
+            )
             return bool(cur.fetchone()[0])
 
     deadline = time.monotonic() + 3.0

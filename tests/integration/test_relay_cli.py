@@ -33,8 +33,13 @@ ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = RelayOptions(segment_bytes=4 * 1024, part_bytes=96 * 1024, fsync="os")
 # Events a relay does not hold (they are outside every transaction); FORMAT_DESCRIPTION is
 # in each segment's header instead.
-OUTSIDE_TRANSACTIONS = {"FORMAT_DESCRIPTION", "ROTATE", "STOP", "MARIADB_GTID_LIST",
-                        "BINLOG_CHECKPOINT"}  # fmt: skip
+OUTSIDE_TRANSACTIONS = {
+    "FORMAT_DESCRIPTION",
+    "ROTATE",
+    "STOP",
+    "MARIADB_GTID_LIST",
+    "BINLOG_CHECKPOINT",
+}
 RELAY_LINES = {"RELAY_SEGMENT", "RELAY_COMMIT"}  # what dump adds for a relay
 
 
@@ -156,8 +161,9 @@ def test_dump_of_a_relay_prints_what_dump_prints_for_the_binlog_files(relayed: R
     from_binlog = lines(cli("dump", "--events", *relayed.files))
     from_relay = lines(cli("dump", "--events", relayed.directory))
     assert {e["type"] for e in from_binlog if e["type"] in OUTSIDE_TRANSACTIONS} >= {
-        "FORMAT_DESCRIPTION", "ROTATE"
-    }  # fmt: skip
+        "FORMAT_DESCRIPTION",
+        "ROTATE",
+    }
     expected = [e for e in from_binlog if e["type"] not in OUTSIDE_TRANSACTIONS]
     got = [e for e in from_relay if e["type"] not in OUTSIDE_TRANSACTIONS | RELAY_LINES]
     assert got == expected
@@ -189,8 +195,17 @@ def test_dump_of_a_relay_prints_what_dump_prints_for_the_binlog_files(relayed: R
         stop = txns[-1][1].position.pos
         binlog_file = next(f for f in relayed.files if f.name == start.file)
         for mode in ([], ["--events"]):
-            ranged = lines(cli("dump", *mode, "--start-position", start.pos,
-                               "--stop-position", stop, binlog_file))  # fmt: skip
+            ranged = lines(
+                cli(
+                    "dump",
+                    *mode,
+                    "--start-position",
+                    start.pos,
+                    "--stop-position",
+                    stop,
+                    binlog_file,
+                )
+            )
             alone = lines(cli("dump", *mode, part))
             if mode:
                 ranged = [e for e in ranged if e["type"] not in OUTSIDE_TRANSACTIONS]
@@ -241,8 +256,10 @@ def test_inspect_reports_what_was_written(relayed: Relayed) -> None:
         assert scan["end"] == entry["file_size"]
         if entry["sealed"]:  # the MANIFEST's own summary agrees
             assert (entry["transactions"], entry["first"], entry["last"]) == (
-                scan["transactions"], scan["first"], scan["last"]
-            )  # fmt: skip
+                scan["transactions"],
+                scan["first"],
+                scan["last"],
+            )
             assert entry["size"] == entry["file_size"]
             assert entry["max_commit_time"] == scan["max_commit_time"]
             assert entry["max_commit_time"].endswith("Z")
@@ -365,10 +382,13 @@ def test_no_manifest_or_a_garbage_one_is_a_clear_error(relayed: Relayed, tmp_pat
     original = manifest.read_bytes()
     for garbage, reason in (
         (b"{not json", "manifest is unreadable"),
-        (b'{"version": 1, "segments": [{"number": 1, "start": {"file": "x", "pos": 1}}], '
-         b'"durable": {"offset": 0}}', "manifest is unreadable"),
+        (
+            b'{"version": 1, "segments": [{"number": 1, "start": {"file": "x", "pos": 1}}], '
+            b'"durable": {"offset": 0}}',
+            "manifest is unreadable",
+        ),
         (b"[]", "manifest is unreadable"),
-    ):  # fmt: skip
+    ):
         manifest.write_bytes(garbage)
         for args in (("relay", "inspect"), ("relay", "inspect", "--verify"), ("dump",)):
             result = cli(*args, relayed.directory)

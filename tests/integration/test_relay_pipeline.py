@@ -67,8 +67,10 @@ def test_relay_publishes_exactly_what_the_direct_stream_does(workdb, tmp_path) -
         random_workload(conn, db, transactions=200, seed=21)
         with conn.cursor() as cur:  # one transaction over several 64 KiB blocks and parts
             cur.execute("BEGIN")
-            cur.executemany(f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
-                            [(90_000 + i, "x" * 40, i) for i in range(4000)])  # fmt: skip
+            cur.executemany(
+                f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
+                [(90_000 + i, "x" * 40, i) for i in range(4000)],
+            )
             cur.execute("COMMIT")
         assert_converged(relayed, conn, db)
         assert_converged(direct, conn, db)

@@ -62,8 +62,11 @@ def _kill_dump_threads(user: str = "repl") -> int:
     root = connect_root()
     killed = 0
     with root.cursor() as cur:
-        cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE "
-                    "'Binlog Dump%%' AND USER = %s", (user,))  # fmt: skip
+        cur.execute(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE "
+            "'Binlog Dump%%' AND USER = %s",
+            (user,),
+        )
         for (thread_id,) in cur.fetchall():
             try:
                 cur.execute(f"KILL {int(thread_id)}")
@@ -77,8 +80,11 @@ def _kill_dump_threads(user: str = "repl") -> int:
 def _dump_threads(user: str = "repl") -> int:
     root = connect_root()
     with root.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE "
-                    "'Binlog Dump%%' AND USER = %s", (user,))  # fmt: skip
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE "
+            "'Binlog Dump%%' AND USER = %s",
+            (user,),
+        )
         (count,) = cur.fetchone()
     root.close()
     return int(count)
@@ -97,8 +103,7 @@ def test_dump_thread_killed_while_streaming(workdb, tmp_path) -> None:
                 cur.execute("BEGIN")
                 for i in range(300):
                     key = round_ * 1000 + i
-                    cur.execute(f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
-                                (key, "x" * 40, key))  # fmt: skip
+                    cur.execute(f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)", (key, "x" * 40, key))
                 cur.execute("COMMIT")
                 wait_for(lambda: _dump_threads() == 1, 20, "replicad's dump thread")
                 kills += _kill_dump_threads()
@@ -160,8 +165,9 @@ def test_sigterm_and_sigkill_restarts(workdb, tmp_path) -> None:
     before = len(replicad.changes())
     with conn.cursor() as cur:
         cur.execute("BEGIN")
-        cur.executemany(f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)",
-                        [(5000 + i, "big", i) for i in range(3000)])  # fmt: skip
+        cur.executemany(
+            f"INSERT INTO `{db}`.a VALUES (%s, %s, %s)", [(5000 + i, "big", i) for i in range(3000)]
+        )
         cur.execute("COMMIT")
     wait_for(lambda: len(replicad.changes()) > before, 20, "the big transaction to start")
     replicad.stop(signal.SIGKILL)
@@ -184,8 +190,11 @@ def test_alter_table_between_changes_full_metadata(workdb, tmp_path) -> None:
             cur.execute(f"INSERT INTO `{db}`.a (id, v, n, extra) VALUES (2, 'after', 2, 8)")
             cur.execute(f"ALTER TABLE `{db}`.a DROP COLUMN v")
             cur.execute(f"UPDATE `{db}`.a SET n = 3 WHERE id = 2")
-        wait_for(lambda: len([c for c in replicad.changes() if c["source"]["db"] == db]) >= 3, 20,
-                 "three changes")  # fmt: skip
+        wait_for(
+            lambda: len([c for c in replicad.changes() if c["source"]["db"] == db]) >= 3,
+            20,
+            "three changes",
+        )
     finally:
         replicad.stop()
     changes = [c for c in replicad.changes() if c["source"]["db"] == db]
@@ -200,9 +209,11 @@ def test_wrong_password_is_a_clear_fatal_error(tmp_path) -> None:
     replicad = Replicad(tmp_path, server_id=5105, password="not-the-password")
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
-        cwd=ROOT, env=replicad.env,
-        capture_output=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=replicad.env,
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 78
     assert b"repl@127.0.0.1" in result.stderr and b"not-the-password" not in result.stderr
 
@@ -220,9 +231,11 @@ def test_purged_position_is_fatal_with_advice(workdb, tmp_path) -> None:
     replicad.position_file.write_text(json.dumps(record))
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
-        cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "repl"},
-        capture_output=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, "TEST_REPLICAD_PASSWORD": "repl"},
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 78, result.stderr
     assert b"purged" in result.stderr and b"mariadb-bin.000000" in result.stderr
 
@@ -242,9 +255,11 @@ def test_server_id_of_a_live_replica_is_refused(tmp_path) -> None:
             return await asyncio.to_thread(
                 subprocess.run,
                 [sys.executable, "-m", "replicad.cli", "run", "-c", str(replicad.config)],
-                cwd=ROOT, env={**os.environ, "TEST_REPLICAD_PASSWORD": "root"},
-                capture_output=True, timeout=60,
-            )  # fmt: skip
+                cwd=ROOT,
+                env={**os.environ, "TEST_REPLICAD_PASSWORD": "root"},
+                capture_output=True,
+                timeout=60,
+            )
         finally:
             await other.close()
 

@@ -32,8 +32,11 @@ def rows_of(change: dict[str, Any]) -> tuple[str, str, Any, Any]:
 
 
 def schema_warnings(replicad: Replicad) -> list[dict[str, Any]]:
-    return [e for e in replicad.log_events() if e["event"].startswith("schema_")
-            and e.get("level") == "warning"]  # fmt: skip
+    return [
+        e
+        for e in replicad.log_events()
+        if e["event"].startswith("schema_") and e.get("level") == "warning"
+    ]
 
 
 def run(cur, *statements: str) -> None:
@@ -46,8 +49,10 @@ def test_minimal_metadata_changes_carry_the_columns_they_were_written_with(
 ) -> None:
     conn, name = db
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT UNSIGNED, "
-                    "color ENUM('red','green','blue'), tags SET('x','y'))")  # fmt: skip
+        cur.execute(
+            "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT UNSIGNED, "
+            "color ENUM('red','green','blue'), tags SET('x','y'))"
+        )
     replicad = Replicad(tmp_path, server_id=5201)
     with row_metadata(connect_root, "MINIMAL"):
         start = binlog_position(conn)
@@ -97,8 +102,9 @@ def test_restart_decodes_what_was_written_while_down_with_the_historical_columns
 ) -> None:
     conn, name = db
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n INT, "
-                    "color ENUM('red','green'))")  # fmt: skip
+        cur.execute(
+            "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n INT, color ENUM('red','green'))"
+        )
     replicad = Replicad(tmp_path, server_id=5202)
     with row_metadata(connect_root, "MINIMAL"), conn.cursor() as cur:
         replicad.start()

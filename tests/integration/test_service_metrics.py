@@ -67,10 +67,17 @@ class Prometheus:
 
     def _services(self, action: str) -> None:
         subprocess.run(
-            ["bash", str(ROOT / "scripts/services.sh"), "prometheus-instance", action,
-             str(self.dir), str(self.port), str(self.config)],
+            [
+                "bash",
+                str(ROOT / "scripts/services.sh"),
+                "prometheus-instance",
+                action,
+                str(self.dir),
+                str(self.port),
+                str(self.config),
+            ],
             check=True,
-        )  # fmt: skip
+        )
 
     def __enter__(self) -> Prometheus:
         self._services("up")
@@ -131,14 +138,22 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(
         assert published > 50
         selector = 'pipeline="metrics"'
         rows = f'replicad_rows_total{{{selector},db="{db}"}}'  # other tests write other dbs
-        _wait_value(lambda: prometheus.query(f"sum({rows})"), lambda v: v == published, 20,
-                    f"Prometheus to see the {published} rows published")  # fmt: skip
+        _wait_value(
+            lambda: prometheus.query(f"sum({rows})"),
+            lambda v: v == published,
+            20,
+            f"Prometheus to see the {published} rows published",
+        )
         for op in ("c", "u", "d"):
             assert prometheus.query(f'sum({rows[:-1]},op="{op}"}})') > 0
         assert prometheus.query(f"replicad_commit_to_ack_seconds_count{{{selector}}}") > 0
         lag = f"replicad_lag_seconds{{{selector}}}"
-        _wait_value(lambda: prometheus.query(lag), lambda v: v is not None and v < 3, 20,
-                    "the lag to settle while caught up")  # fmt: skip
+        _wait_value(
+            lambda: prometheus.query(lag),
+            lambda v: v is not None and v < 3,
+            20,
+            "the lag to settle while caught up",
+        )
         assert prometheus.query(f"replicad_source_connected{{{selector}}}") == 1
         # The standard process and Python series, which a custom registry would otherwise lack
         scraped = http_json(base + "/metrics")[1]
@@ -170,9 +185,12 @@ def test_prometheus_scrapes_rows_and_lag_through_a_kafka_outage(
             private_kafka.start()
             writer.stop()
         wait_caught_up(replicad, timeout=120)
-        _wait_value(lambda: (prometheus.query(lag), http_json(base + "/readyz")[1]),
-                    lambda v: v[0] is not None and v[0] < 3, 30,
-                    "the lag to fall once Kafka is back")  # fmt: skip
+        _wait_value(
+            lambda: (prometheus.query(lag), http_json(base + "/readyz")[1]),
+            lambda v: v[0] is not None and v[0] < 3,
+            30,
+            "the lag to fall once Kafka is back",
+        )
         wait_for(lambda: http_json(base + "/readyz")[0] == 200, 30, "/readyz 200 again")
         assert prometheus.query(f"max_over_time({lag}[2m])") >= 5.0
         assert replicad.stop() == 0

@@ -171,9 +171,12 @@ def test_without_maven_central_up_kafka_fails_with_one_line_naming_the_artifact(
         "REPLICAD_KAFKA_PORT": str(free_port_block(2)),
     }
     result = subprocess.run(
-        ["bash", str(SERVICES), "up", "kafka"], env=env, capture_output=True, text=True,
+        ["bash", str(SERVICES), "up", "kafka"],
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if "cannot fetch" in line]
     assert len(lines) == 1, result.stderr

@@ -125,8 +125,9 @@ def test_initial_snapshot_under_writes_folds_to_the_tables(shop, kafka, tmp_path
                 "kind VARCHAR(16) NOT NULL, window_id VARCHAR(64) NOT NULL, "
                 "at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"
             )
-            cur.execute(f"GRANT INSERT, UPDATE, DELETE ON `{db}`.replicad_signal "
-                        "TO 'repl'@'127.0.0.1'")  # fmt: skip
+            cur.execute(
+                f"GRANT INSERT, UPDATE, DELETE ON `{db}`.replicad_signal TO 'repl'@'127.0.0.1'"
+            )
     seed = Workload(conn, seed=31)
     while seed.statements < 600:  # items (composite key) and audit (no key) hold rows too
         seed.transaction()
@@ -207,8 +208,7 @@ def test_when_needed_takes_a_new_snapshot_once_the_stored_file_is_gone(db, kafka
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE k (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.execute("INSERT INTO k VALUES (1, 'a'), (2, 'b')")
-    gone = {"version": 1, "pipeline": "kt",
-            "position": {"file": "mariadb-bin.999990", "pos": 4}}  # fmt: skip
+    gone = {"version": 1, "pipeline": "kt", "position": {"file": "mariadb-bin.999990", "pos": 4}}
     runs = {}
     for mode in ("initial", "when_needed"):
         replicad = KafkaReplicad(

@@ -43,8 +43,9 @@ def test_a_large_table_is_snapshotted_in_bounded_memory(db, tmp_path, method) ->
             "kind VARCHAR(16) NOT NULL, window_id VARCHAR(64) NOT NULL, "
             "at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"
         )
-        cur.execute(f"GRANT INSERT, UPDATE, DELETE ON `{name}`.replicad_signal "
-                    "TO 'repl'@'127.0.0.1'")  # fmt: skip
+        cur.execute(
+            f"GRANT INSERT, UPDATE, DELETE ON `{name}`.replicad_signal TO 'repl'@'127.0.0.1'"
+        )
     replicad = DaemonProcess(
         tmp_path,
         pipeline="memory",

@@ -73,16 +73,29 @@ def producer(kafka: str, transactional_id: str | None = None) -> Producer:
 
 def change(row_id: int, value: str) -> tuple[bytes, bytes]:
     """An insert's key and envelope, as replicad writes them (the fields the reader uses)."""
-    source = {"db": DB, "table": TABLE, "schema_version": VERSION, "file": "b.000001",
-              "pos": 1000 + row_id, "row": 0, "ts_ms": 1_700_000_000_000}  # fmt: skip
+    source = {
+        "db": DB,
+        "table": TABLE,
+        "schema_version": VERSION,
+        "file": "b.000001",
+        "pos": 1000 + row_id,
+        "row": 0,
+        "ts_ms": 1_700_000_000_000,
+    }
     envelope = {"op": "c", "before": None, "after": {"id": row_id, "v": value}, "source": source}
     return orjson.dumps({"id": row_id}), orjson.dumps(envelope)
 
 
 def write_schema(kafka: str, topic: str) -> None:
-    record = {"type": "table", "db": DB, "table": TABLE, "version": VERSION,
-              "columns": COLUMNS, "primary_key": ["id"],
-              "source": {"file": "b.000001", "pos": 4, "row": 0}}  # fmt: skip
+    record = {
+        "type": "table",
+        "db": DB,
+        "table": TABLE,
+        "version": VERSION,
+        "columns": COLUMNS,
+        "primary_key": ["id"],
+        "source": {"file": "b.000001", "pos": 4, "row": 0},
+    }
     made = producer(kafka)
     key = {"db": DB, "table": TABLE, "version": VERSION}
     made.produce(topic, orjson.dumps(record), orjson.dumps(key))
@@ -123,11 +136,16 @@ def stream(spark: Any, options: dict[str, str], out: Path) -> Any:
     """A streaming query of the table's ids into Parquet files under `out` (a file sink: a
     memory sink cannot be started again on its checkpoint)."""
     return (
-        spark.readStream.format("replicad-kafka").options(**options).load()
-        .select("after.id").writeStream.format("parquet").option("path", str(out / "data"))
+        spark.readStream.format("replicad-kafka")
+        .options(**options)
+        .load()
+        .select("after.id")
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
         .option("checkpointLocation", str(out / "ckpt"))
-        .trigger(processingTime="500 milliseconds").start()
-    )  # fmt: skip
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
 
 def ids_streamed(spark: Any, out: Path) -> list[int]:
@@ -236,11 +254,18 @@ def send_copies(admin: AdminClient, kafka: str, topic: str, copies: int) -> dict
     """Every record of `topic` sent again `copies` times, then one more record after a segment
     roll so that the copies leave the active segment (which the cleaner never touches); the
     offset of each key's newest record."""
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in (("segment.ms", "300"), ("min.cleanable.dirty.ratio", "0.01"),
-                            ("min.compaction.lag.ms", "0"))
-    ])  # fmt: skip
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in (
+                ("segment.ms", "300"),
+                ("min.cleanable.dirty.ratio", "0.01"),
+                ("min.compaction.lag.ms", "0"),
+            )
+        ],
+    )
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
     records = consume_all(kafka, [topic], idle_s=0.5)
     assert records, "replicad wrote no schema record"

@@ -100,8 +100,10 @@ def _materialize(spark, kafka: str, prefix: str, db: str, table: str, lake, afte
 
 
 def _last_offsets(changes) -> dict[int, int]:
-    return {r["partition"]: r["o"] for r in changes.groupBy("partition").agg(
-        F.max("offset").alias("o")).collect()}  # fmt: skip
+    return {
+        r["partition"]: r["o"]
+        for r in changes.groupBy("partition").agg(F.max("offset").alias("o")).collect()
+    }
 
 
 def _binlog_file(conn) -> str:
@@ -120,8 +122,22 @@ def _archive(binlog_dir: Path, first: str, last: str, into: Path) -> Path:
     return into
 
 
-CHANGE_COLUMNS = ["db", "table", "op", "key", "before", "after", "schema_version", "gtid", "file",
-                  "pos", "row", "server_id", "commit_ts", "snapshot"]  # fmt: skip
+CHANGE_COLUMNS = [
+    "db",
+    "table",
+    "op",
+    "key",
+    "before",
+    "after",
+    "schema_version",
+    "gtid",
+    "file",
+    "pos",
+    "row",
+    "server_id",
+    "commit_ts",
+    "snapshot",
+]
 
 
 def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tmp_path) -> None:
@@ -151,8 +167,10 @@ def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tm
         cur.execute("UPDATE t SET id = id + 1000 WHERE id IN (6, 7)")  # primary-key changes
         for order in range(1, 40):
             for line in range(1, 4):
-                cur.execute("INSERT INTO items VALUES (%s, %s, %s, %s)",
-                            (order, line, rng.randint(1, 9), f"n{order}"))  # fmt: skip
+                cur.execute(
+                    "INSERT INTO items VALUES (%s, %s, %s, %s)",
+                    (order, line, rng.randint(1, 9), f"n{order}"),
+                )
         cur.execute("UPDATE items SET line = line + 10 WHERE order_id < 5")  # key changes
         cur.execute("DELETE FROM items WHERE order_id BETWEEN 20 AND 24")
     conn.commit()
@@ -191,9 +209,11 @@ def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tm
         # The archive reader over the same binlog files gives the same change rows (the
         # topic's repeats after the SIGKILL aside).
         archived = (
-            spark.read.format("replicad-binlog").option("table", f"{name}.{table}")
-            .load(str(archive)).select(CHANGE_COLUMNS)
-        )  # fmt: skip
+            spark.read.format("replicad-binlog")
+            .option("table", f"{name}.{table}")
+            .load(str(archive))
+            .select(CHANGE_COLUMNS)
+        )
         streamed = changes.select(CHANGE_COLUMNS).distinct()
         assert archived.count() == streamed.count() > 0, table
         assert archived.exceptAll(streamed).count() == 0, table

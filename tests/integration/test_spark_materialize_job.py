@@ -41,15 +41,19 @@ class AccountWorkload:
         pick = rng.random()
         with self.conn.cursor() as cur:
             if pick < 0.55:
-                cur.execute("UPDATE acc SET v = v + 1, note = %s WHERE id = %s",
-                            (f"u{rng.randrange(10**6)}", key))  # fmt: skip
+                cur.execute(
+                    "UPDATE acc SET v = v + 1, note = %s WHERE id = %s",
+                    (f"u{rng.randrange(10**6)}", key),
+                )
             elif pick < 0.7:
                 cur.execute("DELETE FROM acc WHERE id = %s", (key,))
             elif pick < 0.8:
                 cur.execute("UPDATE IGNORE acc SET id = id + 100000 WHERE id = %s", (key,))
             else:
-                cur.execute("REPLACE INTO acc (id, v, note) VALUES (%s, %s, 'new')",
-                            (key, rng.randrange(1000)))  # fmt: skip
+                cur.execute(
+                    "REPLACE INTO acc (id, v, note) VALUES (%s, %s, 'new')",
+                    (key, rng.randrange(1000)),
+                )
         self.conn.commit()
         self.statements += 1
 
@@ -63,11 +67,22 @@ class SparkJob:
     def start(self) -> None:
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicad.cli", "spark", "materialize",
-                 "-c", str(self.config), "--master", "local[2]"],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                [
+                    sys.executable,
+                    "-m",
+                    "replicad.cli",
+                    "spark",
+                    "materialize",
+                    "-c",
+                    str(self.config),
+                    "--master",
+                    "local[2]",
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
                 env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-            )  # fmt: skip
+            )
 
     def count(self, event: str) -> int:
         """Occurrences of a log event; fails at once if the job has exited."""
@@ -98,14 +113,17 @@ def test_the_materialize_job_keeps_the_lake_table_equal_through_kills_and_an_alt
     prefix = f"m{uuid.uuid4().hex[:8]}"
     lake_root = tmp_path / "lake"
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7192, prefix=prefix, kafka=kafka,
+        tmp_path / "replicad",
+        server_id=7192,
+        prefix=prefix,
+        kafka=kafka,
         extra_yaml=(
             "snapshot: {mode: initial, chunk_rows: 500}\n"
             f"filters: {{include: ['{name}\\.acc']}}\n"
             f"spark: {{lake_path: '{lake_root}', checkpoint_path: '{tmp_path / 'ckpt'}', "
             "trigger_s: 1.0, discover_s: 2.0, buckets: 8}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     writer = BackgroundWriter(name, seed=71, pause_s=0.004, workload=AccountWorkload)
     writer.start()
@@ -156,20 +174,23 @@ def test_the_changes_job_appends_each_record_once_across_runs(db, kafka, spark, 
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE h (id INT PRIMARY KEY, v DECIMAL(10,2), at DATETIME(6))")
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7193, prefix=f"h{uuid.uuid4().hex[:8]}",
+        tmp_path / "replicad",
+        server_id=7193,
+        prefix=f"h{uuid.uuid4().hex[:8]}",
         kafka=kafka,
         extra_yaml=(
             f"spark: {{changes_path: '{tmp_path / 'changes'}', "
             f"checkpoint_path: '{tmp_path / 'ckpt'}', tables: '{name}\\.h'}}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
 
     def write(first: int) -> None:
         with conn.cursor() as cur:
             for i in range(first, first + 50):
-                cur.execute("INSERT INTO h VALUES (%s, %s, '2026-11-25 10:00:00.000001')",
-                            (i, f"{i}.25"))  # fmt: skip
+                cur.execute(
+                    "INSERT INTO h VALUES (%s, %s, '2026-11-25 10:00:00.000001')", (i, f"{i}.25")
+                )
             cur.execute(f"UPDATE h SET v = v + 1 WHERE id >= {first + 40}")
             cur.execute(f"DELETE FROM h WHERE id < {first + 5}")  # 5, then the other 50
         conn.commit()
@@ -177,11 +198,23 @@ def test_the_changes_job_appends_each_record_once_across_runs(db, kafka, spark, 
 
     def run_once() -> None:
         result = subprocess.run(
-            [sys.executable, "-m", "replicad.cli", "spark", "changes", "-c", str(replicad.config),
-             "--master", "local[1]", "--once"],
-            cwd=ROOT, capture_output=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "replicad.cli",
+                "spark",
+                "changes",
+                "-c",
+                str(replicad.config),
+                "--master",
+                "local[1]",
+                "--once",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=300,
             env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        )  # fmt: skip
+        )
         assert result.returncode == 0, result.stderr.decode()[-3000:]
 
     write(1)

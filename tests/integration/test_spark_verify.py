@@ -88,13 +88,21 @@ def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
             " note VARCHAR(10), PRIMARY KEY (name, at))"
         )
         for i in range(200):
-            cur.execute("INSERT INTO k VALUES (%s, %s, %s, %s)",
-                        (f"n{i % 37}é", f"2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}",
-                         float(_float_bits(rng)), None if i % 5 == 0 else f"x{i}"))  # fmt: skip
+            cur.execute(
+                "INSERT INTO k VALUES (%s, %s, %s, %s)",
+                (
+                    f"n{i % 37}é",
+                    f"2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}",
+                    float(_float_bits(rng)),
+                    None if i % 5 == 0 else f"x{i}",
+                ),
+            )
     conn.commit()
     lake, checkpoints = tmp_path / "lake", tmp_path / "ckpt"
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7301, prefix=f"v{uuid.uuid4().hex[:8]}",
+        tmp_path / "replicad",
+        server_id=7301,
+        prefix=f"v{uuid.uuid4().hex[:8]}",
         kafka=kafka,
         extra_yaml=(
             "snapshot: {mode: initial, chunk_rows: 100}\n"
@@ -103,7 +111,7 @@ def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
             f"tables: '{name}\\.(t|k)', verify_ranges: 6, trigger_s: 0.5, discover_s: 1.0, "
             "verify_timeout_s: 120, verify_rounds: 2}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     try:
         wait_caught_up(replicad, timeout=120)
@@ -148,10 +156,23 @@ def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
         }
         # The command (its JSON report; exit 1: a difference).
         result = subprocess.run(
-            [sys.executable, "-m", "replicad.cli", "spark", "verify", "-c", str(replicad.config),
-             "--master", "local[2]", "--json"],
-            cwd=ROOT, capture_output=True, timeout=300, env=replicad.env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "replicad.cli",
+                "spark",
+                "verify",
+                "-c",
+                str(replicad.config),
+                "--master",
+                "local[2]",
+                "--json",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=300,
+            env=replicad.env,
+        )
         assert result.returncode == 1, result.stderr.decode()[-3000:]
         reports = {t["table"]: t for t in json.loads(result.stdout)["tables"]}
         report_t, report_k = reports[f"{name}.t"], reports[f"{name}.k"]
@@ -176,8 +197,9 @@ def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
                 while not stop.is_set():
                     key = rng.choice([i for i in range(100, 140)])
                     touched.add(str(key))
-                    cur.execute("UPDATE t SET si = %s, vc = %s WHERE id = %s",
-                                (n % 30000, f"w{n}", key))  # fmt: skip
+                    cur.execute(
+                        "UPDATE t SET si = %s, vc = %s WHERE id = %s", (n % 30000, f"w{n}", key)
+                    )
                     writer.commit()
                     n += 1
                     stop.wait(0.005)

@@ -43,18 +43,49 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 def _json_number(rng: random.Random) -> str:
     """A JSON number in one of the spellings MySQL reads differently from how it prints them."""
-    return rng.choice([
-        "1.0", "1e2", "1E+2", "-0", "-0.0", "0.5e-3", "100", "-7",
-        "18446744073709551615", "18446744073709551616", "-9223372036854775809",
-        "123456789012345678901234567890", "1e300", "-2.5e-300",
-        _float_bits(rng), _float_bits(rng), str(rng.randint(-(2**63), 2**63 - 1)),
-    ])  # fmt: skip
+    return rng.choice(
+        [
+            "1.0",
+            "1e2",
+            "1E+2",
+            "-0",
+            "-0.0",
+            "0.5e-3",
+            "100",
+            "-7",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+            "1e300",
+            "-2.5e-300",
+            _float_bits(rng),
+            _float_bits(rng),
+            str(rng.randint(-(2**63), 2**63 - 1)),
+        ]
+    )
 
 
 def _json_string(rng: random.Random) -> str:
     """A JSON string literal: quotes, backslashes, controls, escapes MySQL rewrites."""
-    pieces = ["a", "b", "ab", "é", "日本", "😀", '\\"', "\\\\", "\\n", "\\t", "\\u0001",
-              "\\u2028", "\\/", "\\u00e9", " ", "\x7f"]  # fmt: skip
+    pieces = [
+        "a",
+        "b",
+        "ab",
+        "é",
+        "日本",
+        "😀",
+        '\\"',
+        "\\\\",
+        "\\n",
+        "\\t",
+        "\\u0001",
+        "\\u2028",
+        "\\/",
+        "\\u00e9",
+        " ",
+        "\x7f",
+    ]
     return '"' + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) + '"'
 
 
@@ -113,8 +144,10 @@ def _connector_j() -> Path:
     """MySQL Connector/J's jar, fetched if missing (a no-op once fetched)."""
     fetched = subprocess.run(
         ["bash", str(ROOT / "scripts/services.sh"), "spark-jars"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert fetched.returncode == 0, fetched.stderr[-2000:]
     jars = sorted(Path(fetched.stdout.strip()).glob("mysql-connector-j-*.jar"))
     assert len(jars) == 1, jars
@@ -123,10 +156,23 @@ def _connector_j() -> Path:
 
 def _verify(replicad: KafkaReplicad) -> tuple[int, dict[str, dict], str]:
     result = subprocess.run(
-        [sys.executable, "-m", "replicad.cli", "spark", "verify", "-c", str(replicad.config),
-         "--master", "local[2]", "--json"],
-        cwd=ROOT, capture_output=True, timeout=300, env=replicad.env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "replicad.cli",
+            "spark",
+            "verify",
+            "-c",
+            str(replicad.config),
+            "--master",
+            "local[2]",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+        env=replicad.env,
+    )
     # The job's events and the error's own lines (a JVM stack trace follows them).
     lines = result.stderr.decode().splitlines()
     said = [line[:3000] for line in lines if line.startswith(("replicad spark verify:", ": ", "{"))]
@@ -156,13 +202,23 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
             " note VARCHAR(10), PRIMARY KEY (name, at))"
         )
         for i in range(200):
-            cur.execute("INSERT INTO k VALUES (%s, %s, %s, %s)",
-                        (f"n{i % 37}é", f"2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}",
-                         _float_bits(rng), None if i % 5 == 0 else f"x{i}"))  # fmt: skip
+            cur.execute(
+                "INSERT INTO k VALUES (%s, %s, %s, %s)",
+                (
+                    f"n{i % 37}é",
+                    f"2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}",
+                    _float_bits(rng),
+                    None if i % 5 == 0 else f"x{i}",
+                ),
+            )
     lake, checkpoints, jar = tmp_path / "lake", tmp_path / "ckpt", _connector_j()
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7311, prefix=f"w{uuid.uuid4().hex[:8]}",
-        kafka=kafka, port=MYSQL_PORT, db=name,
+        tmp_path / "replicad",
+        server_id=7311,
+        prefix=f"w{uuid.uuid4().hex[:8]}",
+        kafka=kafka,
+        port=MYSQL_PORT,
+        db=name,
         start="{gtid: '" + start.replace("\n", "") + "'}",  # the tables' whole history
         extra_yaml=(
             f"spark: {{lake_path: '{lake}', checkpoint_path: '{checkpoints}', buckets: 4, "
@@ -170,7 +226,7 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
             f"verify_timeout_s: 120, verify_rounds: 2, "
             f"mysql_jdbc_driver_jar: '{jar}'}}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     try:
         _wait_caught_up(replicad, timeout=120)

@@ -22,10 +22,15 @@ from replicad.service.check import (
 pytestmark = pytest.mark.unit
 
 PRIMARY_UP = Finding(PASS, "connection", "connected to 127.0.0.1:3306 as repl (with TLS)")
-ROW_IMAGE = Finding(WARN, "binlog_row_image", "binlog_row_image is MINIMAL",
-                    "SET GLOBAL binlog_row_image = FULL")  # fmt: skip
-ZK_DOWN = Finding(FAIL, "zookeeper", "ZooKeeper not reachable after 2.0 s (hosts=127.0.0.1:1)",
-                  "start ZooKeeper or fix coordination.zookeeper.hosts")  # fmt: skip
+ROW_IMAGE = Finding(
+    WARN, "binlog_row_image", "binlog_row_image is MINIMAL", "SET GLOBAL binlog_row_image = FULL"
+)
+ZK_DOWN = Finding(
+    FAIL,
+    "zookeeper",
+    "ZooKeeper not reachable after 2.0 s (hosts=127.0.0.1:1)",
+    "start ZooKeeper or fix coordination.zookeeper.hosts",
+)
 KAFKA_DOWN = Finding(FAIL, "kafka", "cannot reach Kafka", "start Kafka")
 
 
@@ -82,18 +87,33 @@ def test_json_is_one_document_with_every_finding_and_ok() -> None:
     document = json.loads(out)
     assert document == {
         "findings": [
-            {"level": "PASS", "topic": "connection",
-             "text": "connected to 127.0.0.1:3306 as repl (with TLS)", "remedy": None},
-            {"level": "WARN", "topic": "binlog_row_image", "text": "binlog_row_image is MINIMAL",
-             "remedy": "SET GLOBAL binlog_row_image = FULL"},
-            {"level": "FAIL", "topic": "zookeeper",
-             "text": "ZooKeeper not reachable after 2.0 s (hosts=127.0.0.1:1)",
-             "remedy": "start ZooKeeper or fix coordination.zookeeper.hosts"},
-            {"level": "FAIL", "topic": "kafka", "text": "cannot reach Kafka",
-             "remedy": "start Kafka"},
+            {
+                "level": "PASS",
+                "topic": "connection",
+                "text": "connected to 127.0.0.1:3306 as repl (with TLS)",
+                "remedy": None,
+            },
+            {
+                "level": "WARN",
+                "topic": "binlog_row_image",
+                "text": "binlog_row_image is MINIMAL",
+                "remedy": "SET GLOBAL binlog_row_image = FULL",
+            },
+            {
+                "level": "FAIL",
+                "topic": "zookeeper",
+                "text": "ZooKeeper not reachable after 2.0 s (hosts=127.0.0.1:1)",
+                "remedy": "start ZooKeeper or fix coordination.zookeeper.hosts",
+            },
+            {
+                "level": "FAIL",
+                "topic": "kafka",
+                "text": "cannot reach Kafka",
+                "remedy": "start Kafka",
+            },
         ],
         "ok": False,
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(

@@ -25,13 +25,19 @@ UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
 
 def header(type_code: int) -> EventHeader:
-    return EventHeader(timestamp=1_795_845_569, type_code=type_code, server_id=1,
-                       event_size=0, log_pos=0, flags=0)  # fmt: skip
+    return EventHeader(
+        timestamp=1_795_845_569, type_code=type_code, server_id=1, event_size=0, log_pos=0, flags=0
+    )
 
 
 def gtid(gno: int, commit_us: int | None) -> GtidEvent:
-    return GtidEvent(header(EventType.GTID), uuid=UUID, gno=gno,
-                     immediate_commit_ts_us=commit_us, original_commit_ts_us=commit_us)  # fmt: skip
+    return GtidEvent(
+        header(EventType.GTID),
+        uuid=UUID,
+        gno=gno,
+        immediate_commit_ts_us=commit_us,
+        original_commit_ts_us=commit_us,
+    )
 
 
 def rows() -> RowsEvent:
@@ -61,7 +67,17 @@ def test_event_rows_carry_their_transactions_commit_time() -> None:
     begin = QueryEvent(header(EventType.QUERY), thread_id=3, schema="d", query="BEGIN")
     commit = QueryEvent(header(EventType.QUERY), thread_id=3, schema="d", query="COMMIT")
     maria = MariaGtidEvent(header(EventType.MARIADB_GTID), seq_no=9, domain_id=0, flags=0)
-    events = [gtid(1, 1_000_001), begin, rows(), commit, rows(), gtid(2, 2_000_002), rows(),
-              XidEvent(header(EventType.XID), xid=2), maria, rows()]  # fmt: skip
+    events = [
+        gtid(1, 1_000_001),
+        begin,
+        rows(),
+        commit,
+        rows(),
+        gtid(2, 2_000_002),
+        rows(),
+        XidEvent(header(EventType.XID), xid=2),
+        maria,
+        rows(),
+    ]
     items = [i for i in iter_changes_by_event(events) if isinstance(i, EventRows)]
     assert [i.commit_us for i in items] == [1_000_001, None, 2_000_002, None]

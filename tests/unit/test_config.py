@@ -33,16 +33,30 @@ def test_defaults_without_a_file() -> None:
 def test_example_file_is_valid_and_documents_every_section() -> None:
     config = load_config(EXAMPLE, {"REPLICAD_SOURCE_PASSWORD": "x"})
     text = EXAMPLE.read_text()
-    for key in ("pipeline", "source", "tls", "start", "heartbeat_s", "reconnect", "sinks",
-                "coordination", "schema", "log"):  # fmt: skip
+    for key in (
+        "pipeline",
+        "source",
+        "tls",
+        "start",
+        "heartbeat_s",
+        "reconnect",
+        "sinks",
+        "coordination",
+        "schema",
+        "log",
+    ):
         assert f"{key}:" in text
     assert config.source.resolve_password({"REPLICAD_SOURCE_PASSWORD": "x"}) == "x"
 
 
 def test_environment_overrides_nested_keys_with_yaml_scalars(tmp_path: Path) -> None:
     path = _write(tmp_path, "source:\n  host: db1\n  port: 3306\n")
-    env = {"REPLICAD_SOURCE__PORT": "3307", "REPLICAD_SOURCE__START__GTID": "0-1-5",
-           "REPLICAD_PURE_PYTHON": "1", "REPLICAD_LOG__FORMAT": "json"}  # fmt: skip
+    env = {
+        "REPLICAD_SOURCE__PORT": "3307",
+        "REPLICAD_SOURCE__START__GTID": "0-1-5",
+        "REPLICAD_PURE_PYTHON": "1",
+        "REPLICAD_LOG__FORMAT": "json",
+    }
     config = load_config(path, env)
     assert config.source.host == "db1" and config.source.port == 3307
     assert config.source.start.gtid == "0-1-5"
@@ -112,8 +126,10 @@ def test_example_kafka_block_parses_and_names_every_option(tmp_path: Path) -> No
     from replicad.config import KafkaSinkConfig
 
     lines = EXAMPLE.read_text().splitlines()
-    start = lines.index("  # kafka:                              # example: publish to Kafka "
-                        "(then stdout is off unless set)")  # fmt: skip
+    start = lines.index(
+        "  # kafka:                              # example: publish to Kafka "
+        "(then stdout is off unless set)"
+    )
     block = ["sinks:"]
     for line in lines[start:]:
         if not line.startswith("  #"):

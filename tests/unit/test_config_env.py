@@ -14,8 +14,15 @@ def _replicad(*args: str, config_env: str | None) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICAD_")}
     if config_env is not None:
         env["REPLICAD_CONFIG"] = config_env
-    return subprocess.run([sys.executable, "-m", "replicad.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "replicad.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _config(path: Path, pipeline: str) -> Path:

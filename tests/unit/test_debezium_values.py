@@ -102,9 +102,17 @@ def test_time_adjuster_must_be_a_boolean() -> None:
 
 @pytest.mark.parametrize(
     "sql",
-    [SqlType("int"), dec(10, 2), SqlType("date"), SqlType("varchar"), SqlType("blob"),
-     SqlType("geometry"), SqlType("json"), SqlType("bit", precision=3)],
-)  # fmt: skip
+    [
+        SqlType("int"),
+        dec(10, 2),
+        SqlType("date"),
+        SqlType("varchar"),
+        SqlType("blob"),
+        SqlType("geometry"),
+        SqlType("json"),
+        SqlType("bit", precision=3),
+    ],
+)
 def test_null_is_null(sql: SqlType) -> None:
     assert enc(sql, None) is None
 

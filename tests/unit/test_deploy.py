@@ -380,12 +380,15 @@ def test_mounted_configs_validate_and_their_secrets_are_given() -> None:
 
 def test_both_workers_run_one_pipeline_through_the_zookeeper_ensemble() -> None:
     all_services = services()
-    workers = {n: compose_config(n) for n, (a, _, _) in replicad_services().items()
-               if a[0] == "run"}  # fmt: skip
+    workers = {
+        n: compose_config(n) for n, (a, _, _) in replicad_services().items() if a[0] == "run"
+    }
     configs = list(workers.values())
     assert len({c.pipeline for c in configs}) == 1
-    ids = {service_environment(all_services[n]).get(
-        "REPLICAD_COORDINATION__ZOOKEEPER__WORKER_ID") for n in workers}  # fmt: skip
+    ids = {
+        service_environment(all_services[n]).get("REPLICAD_COORDINATION__ZOOKEEPER__WORKER_ID")
+        for n in workers
+    }
     assert len(ids) == len(workers) and None not in ids, f"worker ids {ids}"
     for config in configs:
         zk = config.coordination.zookeeper
@@ -475,8 +478,13 @@ def test_mysql_is_set_up_for_replicad() -> None:
         for k, _, v in (line.partition("=") for line in cnf.splitlines())
         if _ and not k.strip().startswith("#")
     )
-    expected = {"gtid_mode": "ON", "enforce_gtid_consistency": "ON", "binlog_format": "ROW",
-                "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}  # fmt: skip
+    expected = {
+        "gtid_mode": "ON",
+        "enforce_gtid_consistency": "ON",
+        "binlog_format": "ROW",
+        "binlog_row_image": "FULL",
+        "binlog_row_metadata": "FULL",
+    }
     for key, value in expected.items():
         assert settings.get(key) == value, f"replicad.cnf: {key} = {settings.get(key)}"
     init = sorted(t for t in targets if t.startswith("/docker-entrypoint-initdb.d/"))

@@ -27,15 +27,20 @@ def _classified(message: str) -> Exception:
     ("message", "kind"),
     [
         # MySQL 9.7's text when a new leader (the same server_id) takes the primary's dump
-        ("A replica with the same server_uuid/server_id as this replica has connected to the "
-         "source; the first event '' at 4, the last event read from '/srv/binlog.000002' at "
-         "2776903", ReplicaDisplacedError),
-        ("A slave with the same server_uuid/server_id as this slave has connected to the "
-         "master", ReplicaDisplacedError),  # older servers' wording
+        (
+            "A replica with the same server_uuid/server_id as this replica has connected to the "
+            "source; the first event '' at 4, the last event read from '/srv/binlog.000002' at "
+            "2776903",
+            ReplicaDisplacedError,
+        ),
+        (
+            "A slave with the same server_uuid/server_id as this slave has connected to the master",
+            ReplicaDisplacedError,
+        ),  # older servers' wording
         ("Could not find first log file name in binary log index file", PositionLostError),
         ("log event entry exceeded max_allowed_packet", DumpRefusedError),
     ],
-)  # fmt: skip
+)
 def test_each_1236_gets_its_own_error(message: str, kind: type) -> None:
     error = _classified(message)
     assert type(error) is kind
@@ -43,7 +48,8 @@ def test_each_1236_gets_its_own_error(message: str, kind: type) -> None:
 
 
 def test_a_displaced_dump_names_the_server_id_and_position() -> None:
-    error = _classified("A replica with the same server_uuid/server_id as this replica has "
-                        "connected to the source")  # fmt: skip
+    error = _classified(
+        "A replica with the same server_uuid/server_id as this replica has connected to the source"
+    )
     assert error.context["server_id"] == 4242
     assert error.context["position"] == str(AT)

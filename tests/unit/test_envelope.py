@@ -202,9 +202,23 @@ def test_envelope_writer_renders_exactly_the_reference_envelope(
     """EnvelopeWriter (pre-rendered parts, bytes formatting) against change_envelope + dumps
     (a dict built field by field): byte-for-byte the same JSON."""
     change = RowChange(
-        op, 'db"x', table, before, after, file, pos, 3, gtid, 7, 1000, (), frozenset(),
-        schema, thread, query,
-    )  # fmt: skip
+        op,
+        'db"x',
+        table,
+        before,
+        after,
+        file,
+        pos,
+        3,
+        gtid,
+        7,
+        1000,
+        (),
+        frozenset(),
+        schema,
+        thread,
+        query,
+    )
     writer = EnvelopeWriter('pipe"line')
     for _ in range(2):  # the second time from the cached parts
         fast = writer.value(change, op, before, after, 123, transaction)

@@ -202,8 +202,9 @@ def test_constant_key_and_row_numbers() -> None:
     assert messages[1][3] == b'{"before":null,"after":{"id":8}' + HEAD + b"42" + TAILS[0]
     # a row that runs past the event refuses the whole event
     with pytest.raises(IndexError):
-        _speedups.encode_rows(first, None, body[:-1], 0, 0, HEAD, TAILS, 0, 0, (), (), (),
-                              None, False, False)  # fmt: skip
+        _speedups.encode_rows(
+            first, None, body[:-1], 0, 0, HEAD, TAILS, 0, 0, (), (), (), None, False, False
+        )
 
 
 @pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
@@ -244,10 +245,32 @@ def test_edge_values_print_as_the_pure_path() -> None:
         CompiledColumn("at", ColumnSpec(ColumnType.DATETIME2, 6)),
         CompiledColumn("ts", ColumnSpec(ColumnType.TIMESTAMP2, 3)),
     ]
-    floats = [1e-5, 1.5e-5, 9.99e-6, 1e-6, 1e-7, 1e16, 1e15, 123.0, -0.0, 5e-324, 1.7e308,
-              0.1, -2.5e-5, 1e22]  # fmt: skip
-    decimals = ["0.000001", "0.0000001", "-0.0000001", "0", "-1.5", "1234567890.0123456789",
-                "0.00000000001", "-0.000010"]  # fmt: skip
+    floats = [
+        1e-5,
+        1.5e-5,
+        9.99e-6,
+        1e-6,
+        1e-7,
+        1e16,
+        1e15,
+        123.0,
+        -0.0,
+        5e-324,
+        1.7e308,
+        0.1,
+        -2.5e-5,
+        1e22,
+    ]
+    decimals = [
+        "0.000001",
+        "0.0000001",
+        "-0.0000001",
+        "0",
+        "-1.5",
+        "1234567890.0123456789",
+        "0.00000000001",
+        "-0.000010",
+    ]
     body = bytearray()
     for i in range(max(len(floats), len(decimals), 3)):
         body += b"\x00"  # no NULLs

@@ -34,8 +34,14 @@ except ConfigError as exc:
 )
 def test_a_missing_extra_is_named(module: str, hidden: list[str], extra: str, key: str) -> None:
     script = SCRIPT.format(hidden=hidden, module=module)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("78 "), proc.stdout
     assert f"pip install 'replicad[{extra}]'" in proc.stdout

@@ -56,8 +56,11 @@ def test_a_primary_key_change_invalidates_both_ids_and_keys_are_coalesced() -> N
 
 def test_values_render_as_text_and_a_null_column_renders_no_key() -> None:
     rules = _rules({"table": r"shop\..*", "keys": ["{db}:{table}:{k}:{d}"]})
-    plan = _plan(rules, _change("c", None, {"k": 10, "d": "1.50"}, table="prices"),
-                 _change("c", None, {"k": None, "d": "2"}, table="prices"))  # fmt: skip
+    plan = _plan(
+        rules,
+        _change("c", None, {"k": 10, "d": "1.50"}, table="prices"),
+        _change("c", None, {"k": None, "d": "2"}, table="prices"),
+    )
     assert plan.delete == ["shop:prices:10:1.50"]
 
 
@@ -86,8 +89,11 @@ def test_malformed_templates_fail_at_the_start_naming_the_rule(rule: dict, named
 
 def test_publish_groups_keys_by_channel_and_delete_is_separate() -> None:
     rules = _rules({**USERS, "action": "publish"})
-    plan = _plan(rules, _change("u", {"id": 1, "email": "a"}, {"id": 1, "email": "b"}),
-                 _change("d", {"id": 1, "email": "b"}, None))  # fmt: skip
+    plan = _plan(
+        rules,
+        _change("u", {"id": 1, "email": "a"}, {"id": 1, "email": "b"}),
+        _change("d", {"id": 1, "email": "b"}, None),
+    )
     assert plan.delete == []
     assert plan.notices == {"replicad:shop.users": ["user:1", "user:email:a", "user:email:b"]}
 
@@ -97,23 +103,45 @@ def test_truncate_and_drop_take_the_table_wide_action() -> None:
         {**USERS, "action": "both", "table_action": "scan", "table_key": "user:*"},
         {"table": r"shop\.users", "table_action": "generation", "table_key": "gen:{db}.{table}"},
     )
-    plan = _plan(rules, {"op": "t", "before": None, "after": None,
-                         "source": {"db": "shop", "table": "users"}})  # fmt: skip
+    plan = _plan(
+        rules,
+        {"op": "t", "before": None, "after": None, "source": {"db": "shop", "table": "users"}},
+    )
     assert plan.table_wide == [
         TableWide("scan", "user:*", "shop", "users", "truncate"),
         TableWide("generation", "gen:shop.users", "shop", "users", "truncate"),
     ]
     assert plan.notices == {"replicad:shop.users": ["*"]}
     dropped = Plan()
-    rules.add_schema_event(dropped, {"type": "ddl", "kind": "drop", "db": "shop",
-                                     "table": "users", "before": {}, "after": None})  # fmt: skip
+    rules.add_schema_event(
+        dropped,
+        {
+            "type": "ddl",
+            "kind": "drop",
+            "db": "shop",
+            "table": "users",
+            "before": {},
+            "after": None,
+        },
+    )
     assert [e.reason for e in dropped.table_wide] == ["drop", "drop"]
     renamed_to = Plan()  # the new name's half of a RENAME: nothing was cached under it
-    rules.add_schema_event(renamed_to, {"type": "ddl", "kind": "rename", "db": "shop",
-                                        "table": "users", "before": None, "after": {}})  # fmt: skip
+    rules.add_schema_event(
+        renamed_to,
+        {
+            "type": "ddl",
+            "kind": "rename",
+            "db": "shop",
+            "table": "users",
+            "before": None,
+            "after": {},
+        },
+    )
     altered = Plan()
-    rules.add_schema_event(altered, {"type": "ddl", "kind": "alter", "db": "shop",
-                                     "table": "users", "before": {}, "after": {}})  # fmt: skip
+    rules.add_schema_event(
+        altered,
+        {"type": "ddl", "kind": "alter", "db": "shop", "table": "users", "before": {}, "after": {}},
+    )
     assert renamed_to.empty and altered.empty
 
 

@@ -54,9 +54,13 @@ def run(
     args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*REPLICAD, *args], cwd=cwd, env=env or clean_env(), capture_output=True, text=True,
+        [*REPLICAD, *args],
+        cwd=cwd,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
         timeout=timeout,
-    )  # fmt: skip
+    )
 
 
 def write_config(tmp_path: Path, text: str) -> Path:
@@ -73,7 +77,7 @@ import sys, time
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from replicad.service.logging import configure_logging
-from replicad.sinks.kafka_clients import kafka_client, serve_logs
+from replicad.published.kafka_clients import kafka_client, serve_logs
 configure_logging("json", "info")
 servers = sys.argv[1]
 producer = kafka_client(Producer, {"bootstrap.servers": servers})
@@ -94,9 +98,13 @@ consumer.close()
 def test_librdkafka_lines_of_every_client_kind_are_json_events(tmp_path: Path) -> None:
     port = closed_port()
     out = subprocess.run(
-        [sys.executable, "-c", CLIENTS, f"127.0.0.1:{port}"], cwd=tmp_path, env=clean_env(),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", CLIENTS, f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stderr.splitlines()]  # raw %3|... fails here
     fails = [r for r in records if r["event"] == "librdkafka_log" and r["facility"] == "FAIL"]
@@ -120,9 +128,12 @@ def test_run_with_kafka_away_writes_only_json_lines(tmp_path: Path) -> None:
     err = tmp_path / "stderr"
     with err.open("w") as f:
         daemon = subprocess.Popen(
-            [*REPLICAD, "run", "-c", str(config)], cwd=tmp_path, env=clean_env(), stderr=f,
+            [*REPLICAD, "run", "-c", str(config)],
+            cwd=tmp_path,
+            env=clean_env(),
+            stderr=f,
             stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
     try:
         deadline = time.monotonic() + 30
         while "librdkafka_log" not in err.read_text() and time.monotonic() < deadline:
@@ -208,8 +219,9 @@ def test_every_replicad_variable_the_tests_and_ci_set_is_allowed() -> None:
 
 
 def test_cli_warns_about_and_refuses_environment_names(tmp_path: Path) -> None:
-    warned = run(["status"], tmp_path, clean_env(REPLICAD_LOG__FORMAT="json",
-                                                 REPLICAD_SOURCE_HOST="db1"))  # fmt: skip
+    warned = run(
+        ["status"], tmp_path, clean_env(REPLICAD_LOG__FORMAT="json", REPLICAD_SOURCE_HOST="db1")
+    )
     assert warned.returncode == 0, warned.stderr
     events = [json.loads(line) for line in warned.stderr.splitlines()]
     assert [e["variable"] for e in events if e["event"] == "env_variable_ignored"] == [
@@ -333,8 +345,10 @@ def test_status_says_which_store_and_config_it_read(tmp_path: Path) -> None:
     assert "built-in defaults (no -c)" in here.stdout, here.stdout
     (state,) = json.loads(run(["status", "--json"], tmp_path).stdout)["pipelines"]
     assert (state["store_path"], state["store_exists"], state["config"]) == (
-        str(default), False, None,
-    )  # fmt: skip
+        str(default),
+        False,
+        None,
+    )
     position = tmp_path / "elsewhere" / "pos.json"
     config = write_config(tmp_path, f"coordination: {{local: {{path: {position}}}}}\n")
     (state,) = json.loads(run(["status", "--json", "-c", str(config)], tmp_path).stdout)[
@@ -356,15 +370,18 @@ def kafka_config(tmp_path: Path, sasl: str, producer: str = "{}") -> Path:
 
 
 def test_sasl_password_from_a_variable_or_a_file_reaches_every_client(tmp_path: Path) -> None:
+    from replicad.published.kafka_clients import shared_settings
     from replicad.sinks.kafka import producer_settings
-    from replicad.sinks.kafka_admin import shared_settings
 
     env = {"KAFKA_PASSWORD": SECRET}
     config = load_config(
-        kafka_config(tmp_path, "{mechanism: SCRAM-SHA-512, username: rep, password_env: "
-                               "KAFKA_PASSWORD}", "{security.protocol: SASL_PLAINTEXT}"),
+        kafka_config(
+            tmp_path,
+            "{mechanism: SCRAM-SHA-512, username: rep, password_env: KAFKA_PASSWORD}",
+            "{security.protocol: SASL_PLAINTEXT}",
+        ),
         env,
-    )  # fmt: skip
+    )
     kafka = config.sinks.kafka
     assert kafka is not None
     os.environ.update(env)  # the settings read the process's environment, as the daemon does
@@ -415,9 +432,13 @@ def test_check_and_errors_never_show_the_sasl_password(tmp_path: Path) -> None:
     env = clean_env(KAFKA_PASSWORD=SECRET)
     # `replicad check`'s Kafka probe, its error and every librdkafka line (at debug)
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE, str(config)], cwd=tmp_path, env=env, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", PROBE, str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "refused: cannot reach Kafka" in probe.stdout, (probe.stdout, probe.stderr)
     assert "librdkafka_log" in probe.stderr
     assert SECRET not in probe.stdout + probe.stderr

@@ -83,11 +83,14 @@ def test_a_merge_key_still_overrides_and_the_same_key_in_two_sections_is_fine(
         ),
         ("zzz: 1\n", "zzz", "unknown key `zzz`:"),  # no near miss: no suggestion
         # a check across sections (the top-level model): still names a key
-        ("source: {start: earliest}\nsnapshot: {mode: initial}\n", "source.start",
-         "source.start: snapshot.mode initial"),
+        (
+            "source: {start: earliest}\nsnapshot: {mode: initial}\n",
+            "source.start",
+            "source.start: snapshot.mode initial",
+        ),
         ("source:\n  start: {}\n", "source.start", "source.start: source.start takes exactly"),
     ],
-)  # fmt: skip
+)
 def test_config_errors_name_the_key_in_an_operators_words(
     tmp_path: Path, text: str, key: str, line: str
 ) -> None:
@@ -107,8 +110,7 @@ def test_a_bad_regex_in_spark_tables_is_refused_at_load(tmp_path: Path) -> None:
     assert load_config(path, {}).spark.tables == r"shop\.(orders|lines)"
 
 
-@pytest.mark.parametrize("hosts", ["a:b:c", "127.0.0.1:abc", "h:99999", ",,,", "h:2181,,",
-                                   "h:0"])  # fmt: skip
+@pytest.mark.parametrize("hosts", ["a:b:c", "127.0.0.1:abc", "h:99999", ",,,", "h:2181,,", "h:0"])
 def test_a_zookeeper_host_list_kazoo_cannot_read_is_a_config_error(
     tmp_path: Path, hosts: str
 ) -> None:
@@ -132,18 +134,39 @@ def test_host_lists_kazoo_reads_are_accepted(tmp_path: Path, hosts: str) -> None
 
 @pytest.mark.parametrize(
     "master",
-    ["local", "local[1]", "local[16]", "local[*]", "local[4,2]", "local[*,3]",
-     "local-cluster[2,1,1024]", "spark://h:7077", "spark://a:7077,b:7077", "yarn",
-     "k8s://https://10.0.0.1:6443", "mesos://zk://h:2181/mesos"],
-)  # fmt: skip
+    [
+        "local",
+        "local[1]",
+        "local[16]",
+        "local[*]",
+        "local[4,2]",
+        "local[*,3]",
+        "local-cluster[2,1,1024]",
+        "spark://h:7077",
+        "spark://a:7077,b:7077",
+        "yarn",
+        "k8s://https://10.0.0.1:6443",
+        "mesos://zk://h:2181/mesos",
+    ],
+)
 def test_master_urls_spark_takes_pass_the_check(master: str) -> None:
     assert master_problem(master) is None
 
 
 @pytest.mark.parametrize(
-    "master", ["nonsense://x", "", "local[0]", "local[x]", "local[", "spark://", "yarn-x",
-               "localhost", "k8s:/x"]
-)  # fmt: skip
+    "master",
+    [
+        "nonsense://x",
+        "",
+        "local[0]",
+        "local[x]",
+        "local[",
+        "spark://",
+        "yarn-x",
+        "localhost",
+        "k8s:/x",
+    ],
+)
 def test_master_urls_spark_refuses_fail_the_check(master: str) -> None:
     problem = master_problem(master)
     assert problem is not None and repr(master) in problem
@@ -216,8 +239,9 @@ def test_librdkafka_lines_are_limited_per_client_and_facility(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [0.0]
-    monkeypatch.setattr(service_logging, "_librdkafka_lines",
-                        EveryInterval(30.0, clock=lambda: now[0]))  # fmt: skip
+    monkeypatch.setattr(
+        service_logging, "_librdkafka_lines", EveryInterval(30.0, clock=lambda: now[0])
+    )
     limit = service_logging._limit_librdkafka_repeats
 
     def line(facility: str = "FAIL", client: str = "rdkafka#consumer-1") -> dict[str, object]:

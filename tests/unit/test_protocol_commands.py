@@ -217,9 +217,14 @@ def test_a_raw_reader_leaves_every_value_as_the_servers_bytes() -> None:
     # charset allows but UTF-8 refuses reach the column's own parser intact.
     result = _run(
         ResultSetReader(3, deprecate_eof=True, raw=True),
-        [column_def("id", T_LONGLONG), column_def("name", T_VAR_STRING),
-         column_def("at", T_DATETIME), row(b"7", b"caf\xe9", None),
-         row(b"8", b"x" * 300, b"2024-01-02 03:04:05"), OK_EOF],  # a 0xFC-prefixed length
-    )  # fmt: skip
+        [
+            column_def("id", T_LONGLONG),
+            column_def("name", T_VAR_STRING),
+            column_def("at", T_DATETIME),
+            row(b"7", b"caf\xe9", None),
+            row(b"8", b"x" * 300, b"2024-01-02 03:04:05"),  # a 0xFC-prefixed length
+            OK_EOF,
+        ],
+    )
     assert result is not None
     assert result.rows == [(b"7", b"caf\xe9", None), (b"8", b"x" * 300, b"2024-01-02 03:04:05")]

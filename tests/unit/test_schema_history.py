@@ -83,13 +83,39 @@ def test_create_table_with_enum_set_unsigned_and_primary_key() -> None:
     )
     t = h.columns("d", "t")
     assert t is not None
-    assert t.column_names == ["id", "e", "s", "z", "big", "sig", "d", "v", "dp", "cv", "nc",
-                              "lv", "b", "g"]  # fmt: skip
+    assert t.column_names == [
+        "id",
+        "e",
+        "s",
+        "z",
+        "big",
+        "sig",
+        "d",
+        "v",
+        "dp",
+        "cv",
+        "nc",
+        "lv",
+        "b",
+        "g",
+    ]
     assert t.primary_key == ("id", "e")
     assert [c.data_type for c in t.columns] == [
-        "int", "enum", "set", "tinyint", "bigint", "bigint", "decimal", "varchar", "double",
-        "varchar", "char", "mediumtext", "tinyint", "int",
-    ]  # fmt: skip
+        "int",
+        "enum",
+        "set",
+        "tinyint",
+        "bigint",
+        "bigint",
+        "decimal",
+        "varchar",
+        "double",
+        "varchar",
+        "char",
+        "mediumtext",
+        "tinyint",
+        "int",
+    ]
     assert [c.name for c in t.columns if c.unsigned] == ["id", "z", "big", "d", "dp"]
     assert t.columns[1].enum_values == ("x", "y z", "it's", "back\\slash", "intro", "é")
     assert t.columns[2].set_values == ("a", "b,c")
@@ -97,8 +123,11 @@ def test_create_table_with_enum_set_unsigned_and_primary_key() -> None:
 
 
 def test_inline_primary_key_and_bare_key_attribute() -> None:
-    h = base("CREATE TABLE a (x INT, id BIGINT PRIMARY KEY)", "CREATE TABLE b (id INT KEY, y INT)",
-             "CREATE TABLE c (id INT UNIQUE KEY, y INT)")  # fmt: skip
+    h = base(
+        "CREATE TABLE a (x INT, id BIGINT PRIMARY KEY)",
+        "CREATE TABLE b (id INT KEY, y INT)",
+        "CREATE TABLE c (id INT UNIQUE KEY, y INT)",
+    )
     assert h.columns("d", "a").primary_key == ("id",)
     assert h.columns("d", "b").primary_key == ("id",)
     assert h.columns("d", "c").primary_key == ()
@@ -123,8 +152,11 @@ def test_alter_add_first_after_drop_change_modify_rename() -> None:
     assert col(h, "d", "t", "mid").enum_values == ("p", "q")
     h.apply("ALTER TABLE t MODIFY COLUMN amount INT", "d", maria(26))
     assert not col(h, "d", "t", "amount").unsigned
-    h.apply("ALTER TABLE t RENAME COLUMN ident TO k, DROP PRIMARY KEY, ADD PRIMARY KEY (k, mid)",
-            "d", maria(27))  # fmt: skip
+    h.apply(
+        "ALTER TABLE t RENAME COLUMN ident TO k, DROP PRIMARY KEY, ADD PRIMARY KEY (k, mid)",
+        "d",
+        maria(27),
+    )
     assert names(h, "d", "t") == ["k", "extra", "amount", "mid"]
     assert h.columns("d", "t").primary_key == ("k", "mid")
     h.apply("ALTER TABLE t DROP COLUMN mid", "d", maria(28))
@@ -170,10 +202,21 @@ def test_backquoted_identifiers_with_odd_characters() -> None:
     )
     assert names(h, "odd`db", "we`ird 名.x") == ["col`1", "a b", "first", "key", "select"]
     assert h.columns("odd`db", "we`ird 名.x").primary_key == ("col`1",)
-    h.apply("ALTER TABLE `odd``db`.`we``ird 名.x` ADD `after` INT AFTER `first`, "
-            "ADD x INT AFTER `a b`, CHANGE `key` `new``key` INT FIRST", "", maria(30))  # fmt: skip
-    assert names(h, "odd`db", "we`ird 名.x") == ["new`key", "col`1", "a b", "x", "first",
-                                                 "after", "select"]  # fmt: skip
+    h.apply(
+        "ALTER TABLE `odd``db`.`we``ird 名.x` ADD `after` INT AFTER `first`, "
+        "ADD x INT AFTER `a b`, CHANGE `key` `new``key` INT FIRST",
+        "",
+        maria(30),
+    )
+    assert names(h, "odd`db", "we`ird 名.x") == [
+        "new`key",
+        "col`1",
+        "a b",
+        "x",
+        "first",
+        "after",
+        "select",
+    ]
     # ANSI_QUOTES: double-quoted names
     h.apply('ALTER TABLE "odd`db"."we`ird 名.x" DROP COLUMN "select"', "", maria(31))
     assert "select" not in names(h, "odd`db", "we`ird 名.x")
@@ -204,8 +247,12 @@ def test_rename_table_forms_and_swaps() -> None:
 
 
 def test_drop_table_drop_database_truncate() -> None:
-    h = base("CREATE TABLE a (x INT)", "CREATE TABLE b (y INT)", "CREATE TABLE e.c (z INT)",
-             "CREATE TABLE e.k (z INT)")  # fmt: skip
+    h = base(
+        "CREATE TABLE a (x INT)",
+        "CREATE TABLE b (y INT)",
+        "CREATE TABLE e.c (z INT)",
+        "CREATE TABLE e.k (z INT)",
+    )
     h.apply("TRUNCATE TABLE a", "d", maria(20))
     h.apply("CREATE DATABASE IF NOT EXISTS f", "d", maria(21))
     assert names(h, "d", "a") == ["x"]
@@ -222,8 +269,9 @@ def test_create_like_if_not_exists_or_replace() -> None:
     h = base("CREATE TABLE src (id INT PRIMARY KEY, e ENUM('a'))")
     h.apply("CREATE TABLE copy LIKE src", "d", maria(20))
     h.apply("CREATE TABLE other.copy2 (LIKE d.src)", "d", maria(21))
-    assert h.columns("d", "copy") == TableSchema("d", "copy", h.columns("d", "src").columns,
-                                                 ("id",))  # fmt: skip
+    assert h.columns("d", "copy") == TableSchema(
+        "d", "copy", h.columns("d", "src").columns, ("id",)
+    )
     assert names(h, "other", "copy2") == ["id", "e"]
     h.apply("CREATE TABLE IF NOT EXISTS copy (other INT)", "d", maria(22))
     assert names(h, "d", "copy") == ["id", "e"], "IF NOT EXISTS on an existing table: no-op"
@@ -262,14 +310,26 @@ def test_create_table_select_makes_the_table_unknown() -> None:
 
 def test_statements_that_change_no_columns_are_ignored_silently() -> None:
     h = base("CREATE TABLE t (a INT)")
-    quiet = ["BEGIN", "COMMIT", "XA START 'x'", "INSERT INTO t VALUES (1)", "GRANT ALL ON *.* TO x",
-             "CREATE VIEW v AS SELECT a FROM t", "CREATE INDEX i ON t (a)", "DROP VIEW v",
-             "ALTER DATABASE d CHARACTER SET utf8mb4", "CREATE TEMPORARY TABLE tt (x INT)",
-             "ALTER TABLE t ADD INDEX i2 (a), ALGORITHM=INPLACE, LOCK=NONE",
-             "ALTER TABLE t ENGINE=InnoDB, FORCE", "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
-             "ALTER TABLE t ALTER COLUMN a SET DEFAULT 3", "RENAME USER a TO b",
-             "ALTER TABLE t DROP INDEX i2, DROP FOREIGN KEY f, RENAME INDEX i TO j",
-             "CREATE USER 'x'@'%'", "FLUSH TABLES"]  # fmt: skip
+    quiet = [
+        "BEGIN",
+        "COMMIT",
+        "XA START 'x'",
+        "INSERT INTO t VALUES (1)",
+        "GRANT ALL ON *.* TO x",
+        "CREATE VIEW v AS SELECT a FROM t",
+        "CREATE INDEX i ON t (a)",
+        "DROP VIEW v",
+        "ALTER DATABASE d CHARACTER SET utf8mb4",
+        "CREATE TEMPORARY TABLE tt (x INT)",
+        "ALTER TABLE t ADD INDEX i2 (a), ALGORITHM=INPLACE, LOCK=NONE",
+        "ALTER TABLE t ENGINE=InnoDB, FORCE",
+        "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
+        "ALTER TABLE t ALTER COLUMN a SET DEFAULT 3",
+        "RENAME USER a TO b",
+        "ALTER TABLE t DROP INDEX i2, DROP FOREIGN KEY f, RENAME INDEX i TO j",
+        "CREATE USER 'x'@'%'",
+        "FLUSH TABLES",
+    ]
     with capture_logs() as logs:
         for i, sql in enumerate(quiet):
             h.apply(sql, "d", maria(20 + i))
@@ -290,8 +350,9 @@ def test_repeated_ddl_is_idempotent() -> None:
     ]
     once = base("CREATE TABLE t (id INT, v INT, n INT)", *statements)
     with capture_logs() as logs:
-        twice = base("CREATE TABLE t (id INT, v INT, n INT)", *(s for s in statements
-                                                               for _ in (1, 2)))  # fmt: skip
+        twice = base(
+            "CREATE TABLE t (id INT, v INT, n INT)", *(s for s in statements for _ in (1, 2))
+        )
     assert names(once, "d", "t2") == ["x", "id", "total"]
     assert list(twice.tables()) == list(once.tables())
     assert twice.entries == once.entries, "a repeat changes nothing"
@@ -300,18 +361,23 @@ def test_repeated_ddl_is_idempotent() -> None:
 
 def test_alter_online_ignore_wait_if_exists_and_parenthesised_add() -> None:
     h = base("CREATE TABLE t (a INT)")
-    h.apply("ALTER ONLINE IGNORE TABLE IF EXISTS t WAIT 5 ADD COLUMN IF NOT EXISTS (b INT, "
-            "c SET('x'), INDEX (b)), ADD COLUMN IF NOT EXISTS a INT FIRST, "
-            "DROP COLUMN IF EXISTS nosuch, MODIFY COLUMN IF EXISTS nosuch INT",
-            "d", maria(20))  # fmt: skip
+    h.apply(
+        "ALTER ONLINE IGNORE TABLE IF EXISTS t WAIT 5 ADD COLUMN IF NOT EXISTS (b INT, "
+        "c SET('x'), INDEX (b)), ADD COLUMN IF NOT EXISTS a INT FIRST, "
+        "DROP COLUMN IF EXISTS nosuch, MODIFY COLUMN IF EXISTS nosuch INT",
+        "d",
+        maria(20),
+    )
     assert names(h, "d", "t") == ["a", "b", "c"]
 
 
 def test_system_versioning_columns() -> None:
-    h = base("CREATE TABLE v (a INT) WITH SYSTEM VERSIONING",
-             "CREATE TABLE p (a INT, s TIMESTAMP(6) GENERATED ALWAYS AS ROW START, "
-             "e TIMESTAMP(6) GENERATED ALWAYS AS ROW END, PERIOD FOR SYSTEM_TIME (s, e)) "
-             "WITH SYSTEM VERSIONING")  # fmt: skip
+    h = base(
+        "CREATE TABLE v (a INT) WITH SYSTEM VERSIONING",
+        "CREATE TABLE p (a INT, s TIMESTAMP(6) GENERATED ALWAYS AS ROW START, "
+        "e TIMESTAMP(6) GENERATED ALWAYS AS ROW END, PERIOD FOR SYSTEM_TIME (s, e)) "
+        "WITH SYSTEM VERSIONING",
+    )
     assert names(h, "d", "v") == ["a", "row_start", "row_end"]
     assert names(h, "d", "p") == ["a", "s", "e"]
     h.apply("ALTER TABLE v ADD b INT", "d", maria(20))
@@ -366,8 +432,10 @@ def test_positions_are_ordered_by_gtids_else_by_binlog_file() -> None:
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
-    h = base("CREATE TABLE t (id INT UNSIGNED PRIMARY KEY, e ENUM('x','y'), s SET('p'))",
-             "CREATE TABLE v (a INT) WITH SYSTEM VERSIONING")  # fmt: skip
+    h = base(
+        "CREATE TABLE t (id INT UNSIGNED PRIMARY KEY, e ENUM('x','y'), s SET('p'))",
+        "CREATE TABLE v (a INT) WITH SYSTEM VERSIONING",
+    )
     path = tmp_path / "sub" / "h.json"
     h.save(path)
     assert not h.dirty
@@ -388,8 +456,12 @@ def test_load_drops_entries_after_the_stored_position(tmp_path: Path) -> None:
     h.apply("RENAME TABLE t TO u", "d", maria(13))
     path = tmp_path / "h.json"
     h.save(path)
-    for stored, expected in [(11, ("t", ["a", "b"])), (12, ("t", ["a", "c"])),
-                             (13, ("u", ["a", "c"])), (10, ("t", ["a"]))]:  # fmt: skip
+    for stored, expected in [
+        (11, ("t", ["a", "b"])),
+        (12, ("t", ["a", "c"])),
+        (13, ("u", ["a", "c"])),
+        (10, ("t", ["a"])),
+    ]:
         loaded = SchemaHistory.load(path, maria(stored, pos=999))
         assert loaded is not None
         assert names(loaded, "d", expected[0]) == expected[1], stored
@@ -410,8 +482,10 @@ def test_save_folds_entries_the_position_store_has_passed(tmp_path: Path) -> Non
     h.save(path, durable=maria(11))
     data = json.loads(path.read_text())
     assert len(data["entries"]) == 1 and data["base"]["position"]["mariadb_gtid"] == "0-1-11"
-    assert data["base"]["tables"][0]["columns"] == [{"name": "a", "type": "int"},
-                                                    {"name": "b", "type": "int"}]  # fmt: skip
+    assert data["base"]["tables"][0]["columns"] == [
+        {"name": "a", "type": "int"},
+        {"name": "b", "type": "int"},
+    ]
     loaded = SchemaHistory.load(path, maria(12))
     assert names(loaded, "d", "t") == ["a", "b", "c"]
     assert names(SchemaHistory.load(path, maria(11)), "d", "t") == ["a", "b"]
@@ -514,8 +588,9 @@ def test_apply_schema_names_a_minimal_table_map() -> None:
     table_map = _map(parser)
     assert not table_map.has_names
     assert table_map.apply_schema(ITEMS) is None
-    assert _rows(parser) == [{"id": 4_000_000_000, "name": "zoë", "color": "green",
-                              "tags": "a,c", "n": -5}]  # fmt: skip
+    assert _rows(parser) == [
+        {"id": 4_000_000_000, "name": "zoë", "color": "green", "tags": "a,c", "n": -5}
+    ]
     assert table_map.primary_key_names == ["id"]
     assert not table_map.has_names, "the event still says what the server wrote"
 
@@ -523,9 +598,15 @@ def test_apply_schema_names_a_minimal_table_map() -> None:
 def test_map_metadata_wins_over_the_history() -> None:
     """SIGNEDNESS written by the server is kept even where the history disagrees; without it
     (MySQL 5.7, MariaDB < 10.5) signedness comes from the history."""
-    signed_history = TableSchema("shop", "items", tuple(
-        ColumnSchema(c.name, c.data_type, False, c.enum_values, c.set_values)
-        for c in ITEMS.columns), ("id",))  # fmt: skip
+    signed_history = TableSchema(
+        "shop",
+        "items",
+        tuple(
+            ColumnSchema(c.name, c.data_type, False, c.enum_values, c.set_values)
+            for c in ITEMS.columns
+        ),
+        ("id",),
+    )
     parser = _parser()
     _map(parser).apply_schema(signed_history)
     assert _rows(parser)[0]["id"] == 4_000_000_000, "the map's SIGNEDNESS says unsigned"
@@ -561,8 +642,9 @@ def test_shared_decoder_cache_never_mixes_names() -> None:
     assert list(_rows(parser)[0]) == ["@1", "@2", "@3", "@4", "@5"]
     _map(parser).apply_schema(ITEMS)
     assert list(_rows(parser)[0]) == ["id", "name", "color", "tags", "n"]
-    renamed = TableSchema("shop", "items", (*ITEMS.columns[:4], ColumnSchema("total", "bigint")),
-                          ("id",))  # fmt: skip
+    renamed = TableSchema(
+        "shop", "items", (*ITEMS.columns[:4], ColumnSchema("total", "bigint")), ("id",)
+    )
     _map(parser).apply_schema(renamed)
     assert list(_rows(parser)[0]) == ["id", "name", "color", "tags", "total"]
     _map(parser)
@@ -584,10 +666,15 @@ def test_mismatches_keep_at_names_and_warn_once() -> None:
     assert reason is not None and "4 columns" in reason and "5" in reason
     assert list(_rows(parser)[0]) == ["@1", "@2", "@3", "@4", "@5"]
 
-    retyped = TableSchema("shop", "items", (*ITEMS.columns[:4], ColumnSchema("n", "varchar")),
-                          ("id",))  # fmt: skip
-    not_enum = TableSchema("shop", "items", (*ITEMS.columns[:2], ColumnSchema("color", "int"),
-                                             *ITEMS.columns[3:]), ("id",))  # fmt: skip
+    retyped = TableSchema(
+        "shop", "items", (*ITEMS.columns[:4], ColumnSchema("n", "varchar")), ("id",)
+    )
+    not_enum = TableSchema(
+        "shop",
+        "items",
+        (*ITEMS.columns[:2], ColumnSchema("color", "int"), *ITEMS.columns[3:]),
+        ("id",),
+    )
     assert _map(parser).apply_schema(not_enum) is not None, "ENUM in the map, not in history"
     for schema in (short, retyped):
         history = SchemaHistory([schema])

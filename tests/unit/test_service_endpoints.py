@@ -166,8 +166,9 @@ def test_notify_abstract_socket_and_no_socket() -> None:
 
 
 def test_watchdog_pid_of_another_process_is_not_ours(tmp_path: Path) -> None:
-    notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "n"), "WATCHDOG_USEC": "1000000",
-                         "WATCHDOG_PID": "1"})  # fmt: skip
+    notifier = Notifier(
+        {"NOTIFY_SOCKET": str(tmp_path / "n"), "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}
+    )
     assert notifier.watchdog_s is None
 
 

@@ -273,8 +273,10 @@ def test_hashed_columns_are_a_salted_hmac_in_images_and_keys() -> None:
     assert after is not None and after["email"] != "b@x" and len(after["email"]) == 64
     assert f.key_row(change, change.before) == {"email": expected, "n": 1}
     # another salt, another hash: nothing is guessable without the secret
-    other = ChangeFilter(FiltersConfig(columns={"hash": [r"shop\.users\.email"]}),
-                         environ={"REPLICAD_MASK_SALT": "salt2"})  # fmt: skip
+    other = ChangeFilter(
+        FiltersConfig(columns={"hash": [r"shop\.users\.email"]}),
+        environ={"REPLICAD_MASK_SALT": "salt2"},
+    )
     assert other.rows(change)[0] != before
 
 

@@ -29,8 +29,10 @@ def test_a_job_without_what_it_reads_exits_78_naming_the_key(tmp_path, sinks, na
     # A process of its own: the command configures logging for the whole interpreter.
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "spark", "changes", "-c", str(config)],
-        cwd=ROOT, capture_output=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 78, result.stderr
     assert named.encode() in result.stderr
 
@@ -38,11 +40,13 @@ def test_a_job_without_what_it_reads_exits_78_naming_the_key(tmp_path, sinks, na
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ("spark: {jdbc_driver_jar: /nonexistent/mariadb-java-client.jar}\n",
-         "spark.jdbc_driver_jar"),
+        (
+            "spark: {jdbc_driver_jar: /nonexistent/mariadb-java-client.jar}\n",
+            "spark.jdbc_driver_jar",
+        ),
         ("source: {password_env: REPLICAD_TEST_UNSET_PASSWORD}\n", "source.password_env"),
     ],
-)  # fmt: skip
+)
 def test_verify_without_its_driver_or_password_exits_78_naming_the_key(
     tmp_path, extra, named
 ) -> None:
@@ -50,7 +54,9 @@ def test_verify_without_its_driver_or_password_exits_78_naming_the_key(
     config.write_text("pipeline: p\nsinks: {kafka: {bootstrap_servers: '127.0.0.1:1'}}\n" + extra)
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "spark", "verify", "-c", str(config)],
-        cwd=ROOT, capture_output=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 78, result.stderr
     assert named.encode() in result.stderr

@@ -67,10 +67,22 @@ def _version(version: str, columns: list[dict]) -> TypedSchema:
 
 
 def test_the_struct_is_the_union_of_versions_with_the_newest_types() -> None:
-    old = _version("a", [{"name": "id", "type": "int"}, {"name": "gone", "type": "text"},
-                         {"name": "n", "type": "int"}])  # fmt: skip
-    new = _version("b", [{"name": "id", "type": "int"}, {"name": "n", "type": "bigint"},
-                         {"name": "added", "type": "varchar"}])  # fmt: skip
+    old = _version(
+        "a",
+        [
+            {"name": "id", "type": "int"},
+            {"name": "gone", "type": "text"},
+            {"name": "n", "type": "int"},
+        ],
+    )
+    new = _version(
+        "b",
+        [
+            {"name": "id", "type": "int"},
+            {"name": "n", "type": "bigint"},
+            {"name": "added", "type": "varchar"},
+        ],
+    )
     struct = row_struct([old, new])
     assert struct.names == ["id", "gone", "n", "added"]
     assert struct["n"].dataType == LongType() and all(f.nullable for f in struct.fields)
@@ -93,12 +105,20 @@ def test_exact_values_become_spark_values() -> None:
         {"name": "g", "type": "geometry"},
     ]
     convert = row_converter(row_struct([_version("a", columns)]))
-    row = convert({
-        "de": "-12345678901234.000001", "bu": 18446744073709551615, "d": "1000-01-01",
-        "zero": "0000-00-00", "dt6": "2021-03-04T05:06:07.000123", "ts": "2038-01-19T03:14:07.5Z",
-        "tm": "-838:59:59.000000", "b": "AAH/", "j": {"a": [1, 2.5]},
-        "g": {"srid": 4326, "wkb": "AQE="},
-    })  # fmt: skip
+    row = convert(
+        {
+            "de": "-12345678901234.000001",
+            "bu": 18446744073709551615,
+            "d": "1000-01-01",
+            "zero": "0000-00-00",
+            "dt6": "2021-03-04T05:06:07.000123",
+            "ts": "2038-01-19T03:14:07.5Z",
+            "tm": "-838:59:59.000000",
+            "b": "AAH/",
+            "j": {"a": [1, 2.5]},
+            "g": {"srid": 4326, "wkb": "AQE="},
+        }
+    )
     assert row == (
         Decimal("-12345678901234.000001"),
         Decimal(2**64 - 1),
@@ -124,8 +144,10 @@ def test_an_older_value_the_newest_type_cannot_hold_is_null() -> None:
     convert = row_converter(row_struct([old, new]))
     assert convert({"id": 1, "n": 5_000_000_000, "d": "1.2345"}) == (1, None, None)
     assert convert({"id": 2, "n": -(2**31), "d": "12345678.90"}) == (
-        2, -(2**31), Decimal("12345678.90"),
-    )  # fmt: skip
+        2,
+        -(2**31),
+        Decimal("12345678.90"),
+    )
     assert convert({"id": 3, "n": 2**31, "d": "123456789.00"}) == (3, None, None)
     assert convert({"id": 4, "n": 7, "d": "1.5"}) == (4, 7, Decimal("1.50"))
 
@@ -134,9 +156,17 @@ def test_an_older_value_the_newest_type_cannot_hold_is_null() -> None:
 # as '{"bb": 1, "a": 2, "ab": {"c": [], "b": {}}}', '-0.0', '1e2', '18446744073709551616',
 # '3.0e-5', '1e300', '"\u0001é\u2028\/x"', '"x\ty"', '18446744073709551615', '-0'.
 MYSQL_PRINTED = [
-    '{"a": 2, "ab": {"b": {}, "c": []}, "bb": 1}', "-0.0", "100.0", "1.8446744073709552e19",
-    "0.00003", "1e300", '"\\u0001é\u2028/x"', '"x\\ty"', "18446744073709551615", "0",
-]  # fmt: skip
+    '{"a": 2, "ab": {"b": {}, "c": []}, "bb": 1}',
+    "-0.0",
+    "100.0",
+    "1.8446744073709552e19",
+    "0.00003",
+    "1e300",
+    '"\\u0001é\u2028/x"',
+    '"x\\ty"',
+    "18446744073709551615",
+    "0",
+]
 
 
 @pytest.mark.parametrize("printed", MYSQL_PRINTED)
@@ -147,20 +177,26 @@ def test_a_mysql_json_document_is_kept_as_mysql_prints_it(printed: str) -> None:
     convert = row_converter(row_struct([_version("a", columns)]))
     value = orjson.loads(printed)
     assert convert({"j": value, "t": value if isinstance(value, str) else None}) == (
-        printed, value if isinstance(value, str) else None,
-    )  # fmt: skip
+        printed,
+        value if isinstance(value, str) else None,
+    )
 
 
 def test_a_json_null_document_is_the_text_null_and_sql_null_stays_null() -> None:
-    columns = [{"name": "id", "type": "int"}, {"name": "j", "type": "json"},
-               {"name": "t", "type": "text"}]  # fmt: skip
+    columns = [
+        {"name": "id", "type": "int"},
+        {"name": "j", "type": "json"},
+        {"name": "t", "type": "text"},
+    ]
     struct = row_struct([_version("a", columns)])
     assert [f.metadata for f in struct.fields] == [{}, {"mysql_type": "json"}, {}]
     convert = row_converter(struct)
     envelope = {
-        "op": "u", "source": {"db": "d", "table": "x"},
-        "before": {"id": 1, "j": None, "t": None}, "after": {"id": 1, "j": None, "t": None},
+        "op": "u",
+        "source": {"db": "d", "table": "x"},
+        "before": {"id": 1, "j": None, "t": None},
+        "after": {"id": 1, "j": None, "t": None},
         "json_null": {"after": ["j", "t"]},  # (t is no JSON column: never listed by replicad)
-    }  # fmt: skip
+    }
     row = change_row(envelope, None, convert, None, None, None)
     assert (row[4], row[5]) == ((1, None, None), (1, "null", None))

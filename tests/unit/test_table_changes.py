@@ -18,8 +18,9 @@ pytestmark = pytest.mark.unit
 
 
 def query(sql: str, schema: str = "d", thread: int = 42, pos: int = 900) -> QueryEvent:
-    header = EventHeader(timestamp=1_700_000_000, type_code=2, server_id=9, event_size=0,
-                         log_pos=pos + 50, flags=0)  # fmt: skip
+    header = EventHeader(
+        timestamp=1_700_000_000, type_code=2, server_id=9, event_size=0, log_pos=pos + 50, flags=0
+    )
     header.pos = pos
     return QueryEvent(header, thread_id=thread, schema=schema, query=sql)
 
@@ -55,8 +56,12 @@ def test_a_table_change_carries_the_statement_and_its_coordinates() -> None:
     event = query("ALTER TABLE a DROP COLUMN v", thread=7, pos=1234)
     (change,) = table_changes(h.follow(event), event, "bin.000003", "0-9-77")
     assert change.ddl == "ALTER TABLE a DROP COLUMN v"
-    assert (change.file, change.pos, change.gtid, change.server_id) == ("bin.000003", 1234,
-                                                                        "0-9-77", 9)  # fmt: skip
+    assert (change.file, change.pos, change.gtid, change.server_id) == (
+        "bin.000003",
+        1234,
+        "0-9-77",
+        9,
+    )
     assert (change.ts_ms, change.thread) == (1_700_000_000_000, 7)
     assert change.before is not None and change.after is not None
     assert [c["name"] for c in change.before["columns"]] == ["id", "v"]
@@ -75,8 +80,9 @@ def test_statement_context_follows_begin_annotations_and_commits() -> None:
 
 
 def column(type_code: int, meta: int = 0, **kw) -> Column:
-    return Column(index=0, name=kw.pop("name", "c"), type_code=type_code, meta=meta,
-                  nullable=True, **kw)  # fmt: skip
+    return Column(
+        index=0, name=kw.pop("name", "c"), type_code=type_code, meta=meta, nullable=True, **kw
+    )
 
 
 @pytest.mark.parametrize(
@@ -123,8 +129,15 @@ def test_decimal_json_keeps_scale_zero() -> None:
 
 def test_description_versions_follow_the_shape_not_the_object() -> None:
     def table_map(*columns: Column, pk: tuple[int, ...] = (0,)) -> TableMapEvent:
-        return TableMapEvent(EventHeader(0, 19, 1, 0, 0, 0), table_id=5, schema="d", table="t",
-                             columns=list(columns), primary_key=pk, has_names=True)  # fmt: skip
+        return TableMapEvent(
+            EventHeader(0, 19, 1, 0, 0, 0),
+            table_id=5,
+            schema="d",
+            table="t",
+            columns=list(columns),
+            primary_key=pk,
+            has_names=True,
+        )
 
     a = describe(table_map(column(T.LONG, name="id"), column(T.VARCHAR, 40, name="v")))
     same = describe(table_map(column(T.LONG, name="id"), column(T.VARCHAR, 40, name="v")))

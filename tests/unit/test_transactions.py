@@ -88,8 +88,13 @@ def test_transactions_and_positions(tmp_path: Path) -> None:
     assert commits[2].position.pos == payload_end and commits[2].xid == 3
 
     assert [c.statement.query if c.statement else None for c in commits] == [
-        None, "CREATE TABLE t2 (x INT)", None, None, None, "XA COMMIT X'78',X'',1",
-    ]  # fmt: skip
+        None,
+        "CREATE TABLE t2 (x INT)",
+        None,
+        None,
+        None,
+        "XA COMMIT X'78',X'',1",
+    ]
     assert [c.xa_prepare for c in commits] == [False] * 4 + [True, False]
 
     gtid_texts = [str(c.position.mysql_gtids) for c in commits]
@@ -135,8 +140,12 @@ def test_position_json_round_trip_and_validation() -> None:
     assert Position.from_json(position.to_json()) == position
     from replicad.errors import InvalidPositionError
 
-    for bad in ({"pos": 4}, {"file": "", "pos": 4}, {"file": "b", "pos": 2},
-                {"file": "b", "pos": 4, "gtid_set": "nonsense"}):  # fmt: skip
+    for bad in (
+        {"pos": 4},
+        {"file": "", "pos": 4},
+        {"file": "b", "pos": 2},
+        {"file": "b", "pos": 4, "gtid_set": "nonsense"},
+    ):
         with pytest.raises(InvalidPositionError):
             Position.from_json(bad)
 
@@ -148,9 +157,10 @@ def test_create_table_select_of_mysql_8_0_21_is_one_transaction(tmp_path: Path) 
         ev.fde_mysql8(),
         _gtid(1),
         _query("CREATE TABLE t2 (x INT) START TRANSACTION"),
-        _tm(), _rows(1, 2, 3),
+        _tm(),
+        _rows(1, 2, 3),
         ev.event(ev.XID, ev.xid_body(9)),
-    ]  # fmt: skip
+    ]
     path = tmp_path / "binlog.000001"
     path.write_bytes(ev.binlog_file(events))
     assembler = TransactionAssembler(Position("binlog.000001", 4, GtidSet()))

@@ -35,8 +35,22 @@ SCHEMA = TableDescription(
 
 
 def change(after: dict) -> RowChange:
-    return RowChange("c", "shop", "orders", None, after, "bin.000001", 4, 0, None, 1, 0,
-                     ("id",), frozenset({"doc"}), SCHEMA)  # fmt: skip
+    return RowChange(
+        "c",
+        "shop",
+        "orders",
+        None,
+        after,
+        "bin.000001",
+        4,
+        0,
+        None,
+        1,
+        0,
+        ("id",),
+        frozenset({"doc"}),
+        SCHEMA,
+    )
 
 
 def test_exact_mode_leaves_values_alone() -> None:
@@ -59,14 +73,20 @@ def test_debezium_mode_takes_the_commit_time_in_microseconds() -> None:
     # MySQL's GTID event: commit at 1795845569.490296 s; the event header says 1795845569.
     c = change({"id": 1})
     c.ts_ms, c.commit_us = 1_795_845_569_000, 1_795_845_569_490_296
-    source = orjson.loads(EnvelopeLines("p").row(ValueMode(EnvelopeConfig(values="debezium"))
-                                                 .convert(c)))["source"]  # fmt: skip
+    source = orjson.loads(
+        EnvelopeLines("p").row(ValueMode(EnvelopeConfig(values="debezium")).convert(c))
+    )["source"]
     assert (source["ts_ms"], source["ts_us"], source["ts_ns"]) == (
-        1_795_845_569_490, 1_795_845_569_490_296, 1_795_845_569_490_296_000)  # fmt: skip
+        1_795_845_569_490,
+        1_795_845_569_490_296,
+        1_795_845_569_490_296_000,
+    )
     # exact mode keeps the header's seconds (the compiled path's, which has no GTID event)
     exact = orjson.loads(EnvelopeLines("p").row(ValueMode(EnvelopeConfig()).convert(c)))
     assert (exact["source"]["ts_ms"], exact["source"]["ts_us"]) == (
-        1_795_845_569_000, 1_795_845_569_000_000)  # fmt: skip
+        1_795_845_569_000,
+        1_795_845_569_000_000,
+    )
 
 
 def test_snapshot_read_json_is_mysqls_text() -> None:
@@ -110,13 +130,33 @@ def test_bad_debezium_options_are_config_errors() -> None:
 def test_snapshot_read_as_debeziums_snapshot_writes_it() -> None:
     # Debezium 3.5/3.6's snapshot reads (test_debezium_contract): server_id 0, and a
     # TIMESTAMP(6)'s fraction with only the digits needed (07.5Z; its binlog reader: 07.500000Z).
-    table = TableDescription("shop", "orders", (
-        ColumnDescription("id", SqlType("int"), False),
-        ColumnDescription("at", SqlType("timestamp", fsp=6), True),
-    ), ("id",), "v2")  # fmt: skip
+    table = TableDescription(
+        "shop",
+        "orders",
+        (
+            ColumnDescription("id", SqlType("int"), False),
+            ColumnDescription("at", SqlType("timestamp", fsp=6), True),
+        ),
+        ("id",),
+        "v2",
+    )
     at = dt.datetime(2038, 1, 19, 3, 14, 7, 500000, tzinfo=dt.UTC)
-    c = RowChange("r", "shop", "orders", None, {"id": 1, "at": at}, "bin.000001", 4, 0, None,
-                  7, 0, ("id",), frozenset(), table)  # fmt: skip
+    c = RowChange(
+        "r",
+        "shop",
+        "orders",
+        None,
+        {"id": 1, "at": at},
+        "bin.000001",
+        4,
+        0,
+        None,
+        7,
+        0,
+        ("id",),
+        frozenset(),
+        table,
+    )
     mode = ValueMode(EnvelopeConfig(values="debezium"))
     read = mode.convert(c)
     assert (read.server_id, read.after) == (0, {"id": 1, "at": "2038-01-19T03:14:07.5Z"})
@@ -133,8 +173,9 @@ def test_truncate_schema_has_the_tables_last_row_fields() -> None:
 
     mode = ValueMode(EnvelopeConfig(values="debezium", schemas_enable=True))
     lines = EnvelopeLines("p", mode.connect)
-    truncate = TableChange("truncate", "shop", "orders", "TRUNCATE orders", None, None,
-                           "bin.000001", 9, None, 1, 0)  # fmt: skip
+    truncate = TableChange(
+        "truncate", "shop", "orders", "TRUNCATE orders", None, None, "bin.000001", 9, None, 1, 0
+    )
 
     def row_fields(message: bytes) -> list[str]:
         schema = orjson.loads(message)["schema"]

@@ -1,4 +1,7 @@
-"""Every Kafka client replicad builds (producer, consumers, admin) comes from `kafka_client`,
+"""The Kafka clients of the daemon's sink and of the readers of its topics: the settings every
+client shares (`shared_settings`: security, TLS, SASL) and the one factory (`kafka_client`).
+
+Every Kafka client replicad builds (producer, consumers, admin) comes from `kafka_client`,
 so that librdkafka's own log lines (`%3|...|FAIL|rdkafka#producer-1| ...`) go through structlog
 as `librdkafka_log` events instead of raw text on standard error, where they broke JSON log
 streams.
@@ -16,6 +19,8 @@ from typing import Any, TypeVar
 import structlog
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
+
+from replicad.config import KafkaSinkConfig
 
 log = structlog.get_logger("replicad.kafka")
 
@@ -42,6 +47,14 @@ class LibrdkafkaLog:
 
 
 LOGGER = LibrdkafkaLog()
+
+
+def shared_settings(config: KafkaSinkConfig) -> dict[str, Any]:
+    """Security and connection settings the admin and consumer clients need as well (with
+    the `sasl` block's password, read now: a ConfigError names the key when it cannot be)."""
+    prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns")
+    settings = {k: v for k, v in config.producer.items() if k.startswith(prefixes)}
+    return {**settings, **config.client_settings()}
 
 
 def kafka_client(kind: type[Client], settings: Mapping[str, Any]) -> Client:
