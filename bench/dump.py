@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common
+from bench.harness import children, mariadb, tables
 
 DATABASE = "bench_dump"
 COLUMNS = "id, customer_id, name, email, city, status, amount, created, note, code"
@@ -93,7 +93,7 @@ def write_workload(cur: Any, conn: Any, table: str, rows: int, batch: int) -> di
 def make_binlog(charset: str, rows: int, batch: int, into: Path) -> dict[str, Any]:
     """The workload on a fresh table in binlog files of its own, copied into `into`."""
     table = f"t_{charset}"
-    conn = common.connect()  # the client's charset: PyMySQL's default, utf8mb4
+    conn = mariadb.connect()  # the client's charset: PyMySQL's default, utf8mb4
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@binlog_annotate_row_events, @@binlog_row_image")
@@ -149,7 +149,7 @@ def dump_cmd(files: list[str]) -> list[str]:
 def read_back(files: list[str], table: str) -> dict[str, Any]:
     """One compiled `replicad dump` read back: lines of this table, lines of others, the
     first line's size and the largest line's."""
-    env = {**common.python_env(), "REPLICAD_REQUIRE_SPEEDUPS": "1"}
+    env = {**children.python_env(), "REPLICAD_REQUIRE_SPEEDUPS": "1"}
     ours = others = 0
     first = largest = 0
     tag = f'"table":"{table}"'.encode()
@@ -170,7 +170,7 @@ def read_back(files: list[str], table: str) -> dict[str, Any]:
 
 
 def measure(binlog: dict[str, Any], repeat: int, pure: bool) -> dict[str, dict[str, float]]:
-    env = common.python_env()
+    env = children.python_env()
     tools = {
         "mariadb-binlog -v": (
             [shutil.which("mariadb-binlog") or "mariadb-binlog", "--no-defaults", "-v",
@@ -203,7 +203,7 @@ def report(charset: str, binlog: dict[str, Any], best: dict[str, Any], back: dic
     print(f"\n== {charset}: {binlog['table']}, {binlog['counts']['c']:,} inserted + "
           f"{binlog['counts']['u']:,} updated, {binlog['bytes'] / 1e6:.1f} MB in "
           f"{len(binlog['files'])} file(s); server {binlog['server']}")  # fmt: skip
-    print(common.grid(("tool", "wall s", "CPU s", "rows/s", "× mariadb-binlog"), lines))
+    print(tables.grid(("tool", "wall s", "CPU s", "rows/s", "× mariadb-binlog"), lines))
     print(f"read back: {back['rows']:,} lines of {binlog['table']} (+{back['other_rows']} "
           f"of other writers), first line {back['first_line_bytes']:,} B, largest "
           f"{back['largest_line_bytes']:,} B")  # fmt: skip
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--keep", action="store_true", help="keep the database")
     args = parser.parse_args(argv)
-    common.compile_bytecode()
+    children.compile_bytecode()
     print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}")
     results: dict[str, Any] = {}
     problems = []
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "tools": best, "read_back": back}  # fmt: skip
     print(f"load average at end: {os.getloadavg()}")
     if not args.keep:
-        conn = common.connect()
+        conn = mariadb.connect()
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
         conn.close()

@@ -2,7 +2,7 @@
 and the invalidations per second it sustains, in one run on this machine.
 
 Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
-(bench/common.py's PrivateKafka, as `bench/spark_lag.py`), a private Redis
+(bench/harness/kafka_broker.py's PrivateKafka, as `bench/spark_lag.py`), a private Redis
 (scripts/services.sh redis-instance), `replicad run` publishing to the broker and `replicad
 invalidate` working on the Redis. Rules: `load:{id}`
 for `load_rows`, written at `--rate` rows/s (transactions of 100 rows), and `probe:{id}` for
@@ -32,19 +32,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    MARIADB_PORT,
-    ROOT,
-    PrivateKafka,
-    connect,
-    free_port_block,
-    grid,
-    paced_writer,
-    prepare_load_database,
-    python_env,
-    stop_process,
-)
-from bench.e2e import percentiles
+from bench.harness.children import python_env, stop_process
+from bench.harness.kafka_broker import PrivateKafka, free_port_block
+from bench.harness.mariadb import MARIADB_PORT, connect, paced_writer, prepare_load_database
+from bench.harness.paths import ROOT
+from bench.harness.tables import grid, percentiles
 
 DB = "bench_invalidate"
 SERVICES = ROOT / "scripts" / "services.sh"

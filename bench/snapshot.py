@@ -25,32 +25,21 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, cpu_seconds, grid, python_env, stop_process, vm_kb
+from bench.harness.children import python_env, stop_process
+from bench.harness.paths import ROOT
+from bench.harness.procstat import cpu_seconds, vm_kb
+from bench.harness.tables import grid
+from bench.workloads.ten_columns import create_table, insert_rows, recreate_database
 
 PORT = 3306
 DB = "bench_snapshot"
-TABLE_SQL = """CREATE TABLE t (
-    id BIGINT PRIMARY KEY, n INT, s VARCHAR(64), d DECIMAL(12,2), at DATETIME(6),
-    f DOUBLE, tx TEXT, u TINYINT UNSIGNED, day DATE, j JSON)"""
-
-
-def insert_rows(first: int, last: int) -> str:
-    """The INSERT of rows `first`..`last` of the 10-column table (bench/spark.py uses it too)."""
-    return (
-        "INSERT INTO t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
-        "'2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, seq / 3, REPEAT('x', 40), "
-        "seq % 256, '2024-01-01' + INTERVAL (seq % 1000) DAY, "
-        f"CONCAT('{{\"k\": ', seq, '}}') FROM seq_{first}_to_{last}"
-    )
 
 
 def prepare(rows: int) -> None:
     conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
     with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"USE {DB}")
-        cur.execute(TABLE_SQL)
+        recreate_database(cur, DB)
+        cur.execute(create_table())
         cur.execute(insert_rows(1, rows))
     conn.commit()
     conn.close()

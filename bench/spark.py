@@ -31,20 +31,21 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, grid, python_env
-from bench.snapshot import PORT, TABLE_SQL, insert_rows
+from bench.harness.children import python_env
+from bench.harness.mariadb import MARIADB_PORT
+from bench.harness.paths import ROOT
+from bench.harness.tables import grid
+from bench.workloads.ten_columns import create_table, insert_rows, recreate_database
 
 DB = "bench_spark"
 
 
 def prepare(rows: int, files: int, into: Path) -> list[Path]:
     """The binlog files holding exactly the inserts, copied into `into`."""
-    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
+    conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
     with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"USE {DB}")
-        cur.execute(TABLE_SQL)
+        recreate_database(cur, DB)
+        cur.execute(create_table())
         cur.execute("SELECT @@log_bin_basename")
         basename = Path(cur.fetchone()[0])
         names = []

@@ -2,13 +2,13 @@
 table, at an offered load, in one run on this machine.
 
 Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
-(bench/common.py's PrivateKafka, as `bench/e2e.py --private-kafka`), `replicad run` publishing
-to it, and `replicad spark materialize` (local[2], `spark.trigger_s` 1) keeping two lake
-tables: `load`, written at `--rate` rows/s (transactions of 100 rows), and `probe`, one row
-updated every 0.25 s with its commit time (UTC, to the microsecond). This process reads the
-probe table's current Parquet files (its manifest, with pyarrow: no Spark session here) every
-50 ms; each probe value's lag is the time it was first seen minus the time it was committed.
-The job's own batch durations come from its log.
+(bench/harness/kafka_broker.py's PrivateKafka, as `bench/e2e.py --private-kafka`), `replicad
+run` publishing to it, and `replicad spark materialize` (local[2], `spark.trigger_s` 1) keeping
+two lake tables: `load`, written at `--rate` rows/s (transactions of 100 rows), and `probe`,
+one row updated every 0.25 s with its commit time (UTC, to the microsecond). This process reads
+the probe table's current Parquet files (its manifest, with pyarrow: no Spark session here)
+every 50 ms; each probe value's lag is the time it was first seen minus the time it was
+committed. The job's own batch durations come from its log.
 
     python3 bench/spark_lag.py [--rate 5000] [--seconds 60]
 """
@@ -31,18 +31,11 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    MARIADB_PORT,
-    ROOT,
-    PrivateKafka,
-    connect,
-    grid,
-    paced_writer,
-    prepare_load_database,
-    python_env,
-    stop_process,
-)
-from bench.e2e import percentiles
+from bench.harness.children import python_env, stop_process
+from bench.harness.kafka_broker import PrivateKafka
+from bench.harness.mariadb import MARIADB_PORT, connect, paced_writer, prepare_load_database
+from bench.harness.paths import ROOT
+from bench.harness.tables import grid, percentiles
 
 DB = "bench_spark_lag"
 
