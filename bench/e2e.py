@@ -217,8 +217,10 @@ def run(args: argparse.Namespace) -> int:
             if base["consumed"] != base["messages"] or base["failed"] or base["undelivered"]:
                 problems.append(f"broker latency baseline: {base}")
             if args.snapshot_rows:
-                say(f"latency again, while an incremental snapshot reads {args.snapshot_rows:,} "
-                    "rows ...")  # fmt: skip
+                say(
+                    f"latency again, while an incremental snapshot reads {args.snapshot_rows:,} "
+                    "rows ..."
+                )
                 results["latency_snapshot"] = snapshot_latency_phase(
                     replicad, lat_reader, server, args, workdir, pids, lat["writer"]["rows"] + 1
                 )

@@ -62,8 +62,9 @@ def prober(cache: redis.Redis, stop: threading.Event, lags: list[float]) -> None
 
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
     """Per partition, the offset after its last message (the high watermark)."""
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends",
-                       "enable.auto.commit": False})  # fmt: skip
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-ends", "enable.auto.commit": False}
+    )
     try:
         partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
         return {
@@ -94,8 +95,10 @@ def main() -> None:
     broker = PrivateKafka(work / "kafka")
     bootstrap = broker.start()
     redis_port = free_port_block(1)  # below the ephemeral range
-    subprocess.run(["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"),
-                    str(redis_port)], check=True)  # fmt: skip
+    subprocess.run(
+        ["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"), str(redis_port)],
+        check=True,
+    )
     cache = redis.Redis(port=redis_port)
     prepare_load_database(DB, "id INT PRIMARY KEY, n BIGINT", "1, 0")
     config = work / "config.yaml"
@@ -124,8 +127,11 @@ def main() -> None:
         with (work / f"{name}.log").open("ab") as log:
             procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "replicad.cli", *command, "-c", str(config)],
-                cwd=ROOT, env=env, stdout=log, stderr=log,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=log,
+            )
 
     try:
         start("replicad", ["run"])
@@ -180,19 +186,27 @@ def main() -> None:
         for proc in procs.values():
             stop_process(proc, 30)
         broker.stop()
-        subprocess.run(["bash", str(SERVICES), "redis-instance", "down", str(work / "redis"),
-                        str(redis_port)], check=False)  # fmt: skip
+        subprocess.run(
+            ["bash", str(SERVICES), "redis-instance", "down", str(work / "redis"), str(redis_port)],
+            check=False,
+        )
     lag = percentiles(lags) or {}
     print(
         f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 10 s warm-up "
         f"({offered} rows committed, {offered / args.seconds:.0f} rows/s reached); "
         f"{len(lags)} probes; {os.cpu_count()} CPUs"
     )
-    print(grid(
-        ("measure", "p50 ms", "p90 ms", "p99 ms", "max ms"),
-        [("commit -> Redis key gone (probe)",
-          *(f"{lag.get(k, 0):.1f}" for k in ("p50", "p90", "p99", "max")))],
-    ))  # fmt: skip
+    print(
+        grid(
+            ("measure", "p50 ms", "p90 ms", "p99 ms", "max ms"),
+            [
+                (
+                    "commit -> Redis key gone (probe)",
+                    *(f"{lag.get(k, 0):.1f}" for k in ("p50", "p90", "p99", "max")),
+                )
+            ],
+        )
+    )
     print(
         f"backlog of {args.backlog} changes: {backlog_n} UNLINKs (after its first commit) in "
         f"{backlog_s:.1f} s: {backlog_n / backlog_s:.0f} invalidations/s"

@@ -48,10 +48,19 @@ def prepare(rows: int) -> None:
 def mariadb_dump() -> dict[str, float]:
     started = time.perf_counter()
     subprocess.run(
-        ["mariadb-dump", "-h127.0.0.1", f"-P{PORT}", "-uroot", "-proot", "--single-transaction",
-         DB, "t"],
-        stdout=subprocess.DEVNULL, check=True,
-    )  # fmt: skip
+        [
+            "mariadb-dump",
+            "-h127.0.0.1",
+            f"-P{PORT}",
+            "-uroot",
+            "-proot",
+            "--single-transaction",
+            DB,
+            "t",
+        ],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     return {"seconds": time.perf_counter() - started}
 
 
@@ -72,9 +81,11 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "replicad.cli", "run", "-c", str(config)],
-            cwd=ROOT, env={**python_env(), "BENCH_PW": "repl"},
-            stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+            cwd=ROOT,
+            env={**python_env(), "BENCH_PW": "repl"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     done = None
     peak = 0
     cpu = None
@@ -91,8 +102,13 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
         wall = time.perf_counter() - started
     finally:
         stop_process(proc, 30)
-    return {"seconds": done["seconds"], "wall": wall, "rows": done["rows"], "cpu": cpu,
-            "peak_rss_kb": peak}  # fmt: skip
+    return {
+        "seconds": done["seconds"],
+        "wall": wall,
+        "rows": done["rows"],
+        "cpu": cpu,
+        "peak_rss_kb": peak,
+    }
 
 
 def main() -> None:
@@ -107,17 +123,31 @@ def main() -> None:
         dump_again = mariadb_dump()  # before and after: the page cache is warm for both
     best_dump = min(dump["seconds"], dump_again["seconds"])
     rows = args.rows
-    print(grid(
-        ("reader", "seconds", "rows/s", "vs mariadb-dump"),
-        [
-            ("mariadb-dump --single-transaction", f"{best_dump:.2f}", f"{rows / best_dump:,.0f}",
-             "1.00"),
-            ("replicad snapshot (snapshot_done)", f"{ours['seconds']:.2f}",
-             f"{rows / ours['seconds']:,.0f}", f"{best_dump / ours['seconds']:.2f}"),
-            ("replicad, spawn to snapshot_done", f"{ours['wall']:.2f}",
-             f"{rows / ours['wall']:,.0f}", f"{best_dump / ours['wall']:.2f}"),
-        ],
-    ))  # fmt: skip
+    print(
+        grid(
+            ("reader", "seconds", "rows/s", "vs mariadb-dump"),
+            [
+                (
+                    "mariadb-dump --single-transaction",
+                    f"{best_dump:.2f}",
+                    f"{rows / best_dump:,.0f}",
+                    "1.00",
+                ),
+                (
+                    "replicad snapshot (snapshot_done)",
+                    f"{ours['seconds']:.2f}",
+                    f"{rows / ours['seconds']:,.0f}",
+                    f"{best_dump / ours['seconds']:.2f}",
+                ),
+                (
+                    "replicad, spawn to snapshot_done",
+                    f"{ours['wall']:.2f}",
+                    f"{rows / ours['wall']:,.0f}",
+                    f"{best_dump / ours['wall']:.2f}",
+                ),
+            ],
+        )
+    )
     print(
         f"\nreplicad: {ours['rows']} reads, CPU {ours['cpu']:.2f} s, peak RSS "
         f"{ours['peak_rss_kb'] / 1024:.0f} MiB, chunks of {args.chunk_rows} rows; "

@@ -143,13 +143,21 @@ def main() -> None:
         f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 30 s warm-up; "
         f"{committed[0]} rows committed; {len(lags)} probe values seen; {os.cpu_count()} CPUs"
     )
-    print(grid(
-        ("measure", "p50 s", "p90 s", "p99 s", "max s"),
-        [("commit -> visible in the lake (probe)", *(f"{lag.get(k, 0) / 1000:.2f}" for k in
-          ("p50", "p90", "p99", "max"))),
-         ("micro-batch apply, load_rows", *(f"{batch.get(k, 0) / 1000:.2f}" for k in
-          ("p50", "p90", "p99", "max")))],
-    ))  # fmt: skip
+    print(
+        grid(
+            ("measure", "p50 s", "p90 s", "p99 s", "max s"),
+            [
+                (
+                    "commit -> visible in the lake (probe)",
+                    *(f"{lag.get(k, 0) / 1000:.2f}" for k in ("p50", "p90", "p99", "max")),
+                ),
+                (
+                    "micro-batch apply, load_rows",
+                    *(f"{batch.get(k, 0) / 1000:.2f}" for k in ("p50", "p90", "p99", "max")),
+                ),
+            ],
+        )
+    )
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -30,10 +30,17 @@ class PrivateKafka:
 
     def _services(self, action: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            ["bash", str(SERVICES_SCRIPT), "kafka-instance", action, str(self.directory),
-             str(self.port)],
-            check=False, timeout=timeout,
-        )  # fmt: skip
+            [
+                "bash",
+                str(SERVICES_SCRIPT),
+                "kafka-instance",
+                action,
+                str(self.directory),
+                str(self.port),
+            ],
+            check=False,
+            timeout=timeout,
+        )
 
     def start(self) -> str:
         """Start it (formatting its storage); returns the bootstrap address once a metadata

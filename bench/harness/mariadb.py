@@ -18,8 +18,14 @@ MARIADB_PORT = 3306  # scripts/services.sh's server, root/root
 def connect(database: str | None = None) -> Any:
     import pymysql  # only the benchmarks that write need it
 
-    return pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root",
-                           database=database, autocommit=False)  # fmt: skip
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=MARIADB_PORT,
+        user="root",
+        password="root",
+        database=database,
+        autocommit=False,
+    )
 
 
 def prepare_load_database(database: str, probe_columns: str, probe_row: str) -> None:

@@ -125,8 +125,18 @@ class Profiler:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, pid: int) -> None:
-        cmd = [self.exe, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
-               "--output", str(self.output)]  # fmt: skip
+        cmd = [
+            self.exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--output",
+            str(self.output),
+        ]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=open(self.output.with_suffix(".log"), "wb")
         )

@@ -268,11 +268,22 @@ def snapshot_latency_phase(
     env = {**os.environ, "REPLICAD_E2E_PASSWORD": server.repl_password}
     before = len(replicad.log_events())
     requested = subprocess.run(
-        [sys.executable, "-m", "replicad.cli", "snapshot", "request",
-         f"{DATABASE}.{SNAPSHOT_TABLE}", "--chunk-rows", str(args.snapshot_chunk_rows),
-         "-c", str(replicad.config_path)],
-        env=env, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "replicad.cli",
+            "snapshot",
+            "request",
+            f"{DATABASE}.{SNAPSHOT_TABLE}",
+            "--chunk-rows",
+            str(args.snapshot_chunk_rows),
+            "-c",
+            str(replicad.config_path),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     if requested.returncode != 0:
         raise RuntimeError(f"snapshot request failed: {requested.stderr.decode()}")
     lat = latency_phase(replicad, reader, server, args, workdir, pids, first_id)

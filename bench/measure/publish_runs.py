@@ -224,9 +224,15 @@ def big_transaction(
     dump = measure_tool("replicad dump", dump_command(binlog["files"]), rows, env)
     plan = decode_rows.Plan(rows, 0, 0)
     run = publish(
-        "big transaction, at-least-once", bootstrap, workdir, server, binlog, plan, pids,
+        "big transaction, at-least-once",
+        bootstrap,
+        workdir,
+        server,
+        binlog,
+        plan,
+        pids,
         table=BIG_TABLE,
-    )  # fmt: skip
+    )
     split = [
         publish(
             f"big transaction, producer_processes {n}",

@@ -168,9 +168,10 @@ def report_latency(results: dict[str, Any], verdicts: list[str]) -> None:
     during = results.get("latency_snapshot")
     if during:
         lines.append(
-            _pct_row("commit -> consumed, incremental snapshot running",
-                     during["commit_to_consume_ms"])
-        )  # fmt: skip
+            _pct_row(
+                "commit -> consumed, incremental snapshot running", during["commit_to_consume_ms"]
+            )
+        )
     print(tables.grid(head, lines))
     if during:
         snap = during["snapshot"]

@@ -272,8 +272,16 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
         (p for p in results["publish"] if p["label"] == "at-least-once" and not p.get("error")),
         None,
     )
-    head = ("measurement", "rows/txn", "row changes", "seconds", "rows/s", "CPU s", "CPU µs/row",
-            "peak RSS MB")  # fmt: skip
+    head = (
+        "measurement",
+        "rows/txn",
+        "row changes",
+        "seconds",
+        "rows/s",
+        "CPU s",
+        "CPU µs/row",
+        "peak RSS MB",
+    )
 
     def line(
         name: str, per_txn: int, n: int, sec: float, cpu: float, kb: int | None
@@ -303,13 +311,25 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
                 problems.append(f"{name} FAILED:\n{p['error']}")
             continue
         lines.append(
-            line(f"{name}: spawn -> last", per_txn, p["rows"], p["wall_s"], p["cpu_s"],
-                 p["peak_rss_kb"])
-        )  # fmt: skip
+            line(
+                f"{name}: spawn -> last",
+                per_txn,
+                p["rows"],
+                p["wall_s"],
+                p["cpu_s"],
+                p["peak_rss_kb"],
+            )
+        )
         lines.append(
-            line(f"{name}: first -> last", per_txn, p["streaming_rows"], p["streaming_s"],
-                 p["streaming_cpu_s"], None)
-        )  # fmt: skip
+            line(
+                f"{name}: first -> last",
+                per_txn,
+                p["streaming_rows"],
+                p["streaming_s"],
+                p["streaming_cpu_s"],
+                None,
+            )
+        )
     print(tables.grid(head, lines))
     for p in big.get("processes", []):
         if not p.get("error"):
