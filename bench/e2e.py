@@ -66,13 +66,13 @@ Usage: python bench/e2e.py [--rows N] [--rate R] [--seconds S] [--json PATH] [--
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import shutil
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -114,36 +114,58 @@ def _summarize_log(replicad: Replicad) -> dict[str, Any]:
     return {"log_levels": levels, "notable": notable, "log": str(replicad.log_path)}
 
 
-def run(args: argparse.Namespace) -> int:
-    wall_started = time.perf_counter()
+@dataclass
+class E2ERun:
+    """One run's set-up and what it has found so far."""
+
+    args: argparse.Namespace
+    server: mariadb.Server
+    plan: decode_rows.Plan
+    pipeline: str
+    workdir: Path
+    bootstrap: str
+    broker: kafka_broker.PrivateKafka | None
+    pids: dict[str, int]
+    replicad: Replicad
+    results: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+    readers: list[TopicReader] = field(default_factory=list)
+
+    def reader(self, table: str) -> TopicReader:
+        reader = TopicReader(self.bootstrap, f"{self.pipeline}.{DATABASE}.{table}")
+        self.readers.append(reader)
+        return reader
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def start_kafka(
+    args: argparse.Namespace, workdir: Path
+) -> tuple[kafka_broker.PrivateKafka | None, str, dict[str, int]]:
+    """The broker (a private one with --private-kafka), its bootstrap address and the pids of
+    the services whose CPU each phase reports."""
+    if not args.private_kafka:
+        ensure_kafka(args.bootstrap)
+        return None, args.bootstrap, service_pids()  # after ensure_kafka: it may restart it
+    pids = service_pids()
+    broker = kafka_broker.PrivateKafka(workdir / "kafka")
+    bootstrap = broker.start()
+    pids = {"kafka (private)": broker.pid, **{k: v for k, v in pids.items() if k == "mariadbd"}}
+    return broker, bootstrap, pids
+
+
+def set_up(args: argparse.Namespace) -> E2ERun:
     server = mariadb.server_of(args)
     mariadb.ensure_server(server)
-    plan = decode_rows.Plan.for_rows(args.rows)
     pipeline = f"e2e-{uuid.uuid4().hex[:8]}"
     workdir = Path(tempfile.mkdtemp(prefix="replicad-e2e-"))
-    pids = service_pids()
-    broker: kafka_broker.PrivateKafka | None = None
-    if args.private_kafka:
-        broker = kafka_broker.PrivateKafka(workdir / "kafka")
-        bootstrap = broker.start()
-        pids = {
-            "kafka (private)": broker.pid,
-            **{k: v for k, v in pids.items() if k == "mariadbd"},
-        }
-    else:
-        bootstrap = args.bootstrap
-        ensure_kafka(bootstrap)
-        pids = service_pids()  # after ensure_kafka: it may have (re)started the broker
-    profiler = None
-    if args.py_spy:
-        profiler = Profiler(args.py_spy, workdir / "py-spy.txt")
+    broker, bootstrap, pids = start_kafka(args, workdir)
     replicad = Replicad(workdir, server, bootstrap, pipeline, args.tls, DATABASE)
+    hidden = ("child", "spec", "password", "repl_password")
     results: dict[str, Any] = {
-        "args": {
-            k: v
-            for k, v in vars(args).items()
-            if k not in ("child", "spec", "password", "repl_password")
-        },
+        "args": {k: v for k, v in vars(args).items() if k not in hidden},
         "bootstrap": bootstrap,
         "broker": "private Apache Kafka" if broker else "scripts/services.sh broker",
         "pipeline": pipeline,
@@ -152,118 +174,149 @@ def run(args: argparse.Namespace) -> int:
         "services": pids,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    problems: list[str] = []
-    readers: list[TopicReader] = []
-    try:
-        say = functools.partial(print, file=sys.stderr)
-        say(f"set-up: database {DATABASE}, pipeline/prefix {pipeline}, Kafka {bootstrap}")
-        setup_database(server, args.snapshot_rows)
-        say(f"loading {plan.total:,} row changes (replicad stopped) ...")
-        workload = load(server, plan)
-        results["workload"] = {k: v for k, v in workload.items() if k != "segments"}
-        segments = workload["segments"]
-        replicad.write_config(workload["start"])
+    plan = decode_rows.Plan.for_rows(args.rows)
+    return E2ERun(args, server, plan, pipeline, workdir, bootstrap, broker, pids, replicad, results)
 
-        say("decode only / decode + encode, on the same binlog range ...")
-        results["decode_only"] = measure_decode(segments, False, bootstrap, pipeline)
-        results["decode_encode"] = measure_decode(segments, True, bootstrap, pipeline)
-        for name in ("decode_only", "decode_encode"):
-            d = results[name]
-            if d.get("error"):
-                problems.append(f"{name} FAILED:\n{d['error']}")
-            elif d["counts"] != plan.counts():
-                problems.append(f"{name} counted {d['counts']}, the load made {plan.counts()}")
 
-        say("end to end: starting replicad ..." + (" (profiled by py-spy)" if profiler else ""))
-        reader = TopicReader(bootstrap, f"{pipeline}.{DATABASE}.{TABLE}")
-        readers.append(reader)
-        t = throughput_phase(replicad, reader, plan, pids, profiler)
-        samples = t.pop("samples")
-        results["throughput"] = t
-        if t["counts"] != t["expected"]:
-            problems.append(f"consumer counted {t['counts']}, expected {t['expected']}")
-        enc = results["decode_encode"]
-        null_count = enc.get("messages_by_topic", {}).get(reader.topic)
-        if not enc.get("error") and null_count != t["messages"]:
-            problems.append(
-                f"the null producer got {null_count} messages for {reader.topic}, "
-                f"the topic {t['messages']:,}"
-            )
+def load_and_decode(e2e: E2ERun) -> None:
+    """The load, then decode-only and decode + encode on its binlog range."""
+    say(f"set-up: database {DATABASE}, pipeline/prefix {e2e.pipeline}, Kafka {e2e.bootstrap}")
+    setup_database(e2e.server, e2e.args.snapshot_rows)
+    say(f"loading {e2e.plan.total:,} row changes (replicad stopped) ...")
+    workload = load(e2e.server, e2e.plan)
+    e2e.results["workload"] = {k: v for k, v in workload.items() if k != "segments"}
+    segments = workload["segments"]
+    e2e.replicad.write_config(workload["start"])
+    say("decode only / decode + encode, on the same binlog range ...")
+    for name, encode in (("decode_only", False), ("decode_encode", True)):
+        e2e.results[name] = measure_decode(segments, encode, e2e.bootstrap, e2e.pipeline)
+    for name in ("decode_only", "decode_encode"):
+        d = e2e.results[name]
+        if d.get("error"):
+            e2e.problems.append(f"{name} FAILED:\n{d['error']}")
+        elif d["counts"] != e2e.plan.counts():
+            e2e.problems.append(f"{name} counted {d['counts']}, the load made {e2e.plan.counts()}")
 
-        if not args.no_ceiling:
-            say("broker ceiling ...")
-            ceiling = broker_ceiling(bootstrap, f"{pipeline}.ceiling", samples, t["messages"], pids)
-            results["ceiling"] = ceiling
-            if ceiling["delivered"] != t["messages"]:
-                problems.append(f"broker ceiling: {ceiling}")
 
-        if args.seconds > 0:
-            say(f"latency: {args.rate:,} rows/s for {args.seconds:g} s ...")
-            latency_topic = f"{pipeline}.{DATABASE}.{LATENCY_TABLE}"
-            create_topic(bootstrap, latency_topic)
-            lat_reader = TopicReader(bootstrap, latency_topic)
-            readers.append(lat_reader)
-            lat = latency_phase(replicad, lat_reader, server, args, workdir, pids)
-            results["latency"] = lat
-            if lat["consumed"] != lat["writer"]["rows"]:
-                problems.append(
-                    f"latency: consumed {lat['consumed']:,} of {lat['writer']['rows']:,} rows"
-                )
-            say("broker latency baseline (same pace, producer only) ...")
-            base = broker_latency(
-                replicad, bootstrap, f"{pipeline}.baseline", samples, args, workdir, pids
-            )
-            results["broker_latency"] = base
-            if base["consumed"] != base["messages"] or base["failed"] or base["undelivered"]:
-                problems.append(f"broker latency baseline: {base}")
-            if args.snapshot_rows:
-                say(
-                    f"latency again, while an incremental snapshot reads {args.snapshot_rows:,} "
-                    "rows ..."
-                )
-                results["latency_snapshot"] = snapshot_latency_phase(
-                    replicad, lat_reader, server, args, workdir, pids, lat["writer"]["rows"] + 1
-                )
-    except (ReplicadDied, TimeoutError, RuntimeError) as exc:
-        problems.append(f"{type(exc).__name__}: {exc}\nreplicad log tail:\n{replicad.log_tail()}")
-    finally:
-        for reader in readers:
-            reader.close()
-        code = replicad.stop()
-        results["replicad"] = {"exit_code": code, **_summarize_log(replicad)}
-        if code not in (0, None):
-            problems.append(f"replicad exited {code}; log tail:\n{replicad.log_tail()}")
-        if not args.keep:
-            if broker is None:
-                try:
-                    results["topics_deleted"] = delete_topics(bootstrap, pipeline)
-                except Exception as exc:  # clean-up must not hide the results
-                    problems.append(f"deleting topics failed: {exc}")
-            conn = server.connect()
+def end_to_end(e2e: E2ERun, profiler: Profiler | None) -> list[Any]:
+    """replicad started and caught up with the load; the consumed messages it sampled."""
+    say("end to end: starting replicad ..." + (" (profiled by py-spy)" if profiler else ""))
+    reader = e2e.reader(TABLE)
+    t = throughput_phase(e2e.replicad, reader, e2e.plan, e2e.pids, profiler)
+    samples: list[Any] = t.pop("samples")
+    e2e.results["throughput"] = t
+    if t["counts"] != t["expected"]:
+        e2e.problems.append(f"consumer counted {t['counts']}, expected {t['expected']}")
+    enc = e2e.results["decode_encode"]
+    null_count = enc.get("messages_by_topic", {}).get(reader.topic)
+    if not enc.get("error") and null_count != t["messages"]:
+        e2e.problems.append(
+            f"the null producer got {null_count} messages for {reader.topic}, "
+            f"the topic {t['messages']:,}"
+        )
+    return samples
+
+
+def ceiling(e2e: E2ERun, samples: list[Any]) -> None:
+    say("broker ceiling ...")
+    messages = e2e.results["throughput"]["messages"]
+    topic = f"{e2e.pipeline}.ceiling"
+    result = broker_ceiling(e2e.bootstrap, topic, samples, messages, e2e.pids)
+    e2e.results["ceiling"] = result
+    if result["delivered"] != messages:
+        e2e.problems.append(f"broker ceiling: {result}")
+
+
+def latencies(e2e: E2ERun, samples: list[Any]) -> None:
+    """Latency with replicad caught up, the broker alone at the same pace, and (with
+    --snapshot-rows) latency again while an incremental snapshot runs."""
+    args, replicad, workdir, pids = e2e.args, e2e.replicad, e2e.workdir, e2e.pids
+    say(f"latency: {args.rate:,} rows/s for {args.seconds:g} s ...")
+    create_topic(e2e.bootstrap, f"{e2e.pipeline}.{DATABASE}.{LATENCY_TABLE}")
+    lat_reader = e2e.reader(LATENCY_TABLE)
+    lat = latency_phase(replicad, lat_reader, e2e.server, args, workdir, pids)
+    e2e.results["latency"] = lat
+    if lat["consumed"] != lat["writer"]["rows"]:
+        e2e.problems.append(
+            f"latency: consumed {lat['consumed']:,} of {lat['writer']['rows']:,} rows"
+        )
+    say("broker latency baseline (same pace, producer only) ...")
+    topic = f"{e2e.pipeline}.baseline"
+    base = broker_latency(replicad, e2e.bootstrap, topic, samples, args, workdir, pids)
+    e2e.results["broker_latency"] = base
+    if base["consumed"] != base["messages"] or base["failed"] or base["undelivered"]:
+        e2e.problems.append(f"broker latency baseline: {base}")
+    if args.snapshot_rows:
+        say(f"latency again, while an incremental snapshot reads {args.snapshot_rows:,} rows ...")
+        first_id = lat["writer"]["rows"] + 1
+        e2e.results["latency_snapshot"] = snapshot_latency_phase(
+            replicad, lat_reader, e2e.server, args, workdir, pids, first_id
+        )
+
+
+def clean_up(e2e: E2ERun) -> None:
+    """Readers closed, replicad stopped (its exit and log summarised); unless --keep, the
+    topics (on the shared broker) and the database dropped; the private broker stopped."""
+    for reader in e2e.readers:
+        reader.close()
+    code = e2e.replicad.stop()
+    e2e.results["replicad"] = {"exit_code": code, **_summarize_log(e2e.replicad)}
+    if code not in (0, None):
+        e2e.problems.append(f"replicad exited {code}; log tail:\n{e2e.replicad.log_tail()}")
+    if not e2e.args.keep:
+        if e2e.broker is None:
             try:
-                with conn.cursor() as cur:
-                    cur.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-            finally:
-                conn.close()
-        if broker is not None:
-            broker.stop()  # its data is in the temp dir
+                e2e.results["topics_deleted"] = delete_topics(e2e.bootstrap, e2e.pipeline)
+            except Exception as exc:  # clean-up must not hide the results
+                e2e.problems.append(f"deleting topics failed: {exc}")
+        conn = e2e.server.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        finally:
+            conn.close()
+    if e2e.broker is not None:
+        e2e.broker.stop()  # its data is in the temp dir
 
-    results["wall_s"] = round(time.perf_counter() - wall_started, 1)
+
+def finish(e2e: E2ERun, wall_s: float, keep_files: bool) -> int:
+    """The report, the problems, the JSON file; the exit status."""
+    results, problems = e2e.results, e2e.problems
+    results["wall_s"] = round(wall_s, 1)
     results["verdicts"] = report(results) if "workload" in results else []
     results["problems"] = problems
-    keep_files = args.keep or bool(problems) or profiler is not None
+    keep_files = keep_files or bool(problems)
     print(
         f"\nwall time of the run: {results['wall_s']:.1f} s"
-        + (f"; replicad's config, log and position in {workdir}" if keep_files else "")
+        + (f"; replicad's config, log and position in {e2e.workdir}" if keep_files else "")
     )
     for problem in problems:
         print(f"\n!!! {problem}", file=sys.stderr)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"results written to {args.json}")
+    if e2e.args.json:
+        Path(e2e.args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"results written to {e2e.args.json}")
     if not keep_files:
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(e2e.workdir, ignore_errors=True)
     return 1 if problems else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    wall_started = time.perf_counter()
+    e2e = set_up(args)
+    profiler = Profiler(args.py_spy, e2e.workdir / "py-spy.txt") if args.py_spy else None
+    try:
+        load_and_decode(e2e)
+        samples = end_to_end(e2e, profiler)
+        if not args.no_ceiling:
+            ceiling(e2e, samples)
+        if args.seconds > 0:
+            latencies(e2e, samples)
+    except (ReplicadDied, TimeoutError, RuntimeError) as exc:
+        tail = e2e.replicad.log_tail()
+        e2e.problems.append(f"{type(exc).__name__}: {exc}\nreplicad log tail:\n{tail}")
+    finally:
+        clean_up(e2e)
+    return finish(e2e, time.perf_counter() - wall_started, args.keep or profiler is not None)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
