@@ -22,12 +22,9 @@ Usage: .venv/bin/python bench/relay.py [--txns N] [--big-fraction F] [--json [PA
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import logging
 import os
-import pstats
 import shutil
 import sys
 import tempfile
@@ -40,168 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness.machine import MEMORY_FILESYSTEMS, machine_info, mount_of
 from bench.harness.paths import DATA_DIR
-from bench.measure.page_cache import cache_state, can_drop_caches, evict
-from bench.measure.relay_io import (
-    DEFAULTS,
-    POLICIES,
-    RAW_MODES,
-    read_raw,
-    read_relay,
-    read_relay_bare,
-    relay_options,
-    write_raw,
-    write_relay,
-)
-from bench.measure.relay_meters import Result
+from bench.measure.page_cache import can_drop_caches
+from bench.measure.relay_io import DEFAULTS
+from bench.measure.relay_phases import profile, run
 from bench.reports.relay_report import MB, report
-from bench.workloads.relay_txns import SEED, Digest, Workload, batches, events_of, make_pool
-from replicad.errors import ReplicadError
-from replicad.relay import records, segment
-from replicad.relay.reader import RelayReader
+from bench.workloads.relay_txns import SEED, Workload
 
 DEFAULT_TXNS = 100_000
 DEFAULT_SYNC_TXNS = 20_000  # the fdatasync-per-transaction runs (~0.25 ms each here)
-
-
-def run(args: argparse.Namespace, root: Path, workload: Workload) -> tuple[list[Result], list[str]]:
-    pool = make_pool(workload)
-    problems: list[str] = []
-    results: list[Result] = []
-    written: dict[str, tuple[Path, Digest]] = {}
-    counts = {"os": args.txns, "interval": args.txns, "transaction": args.sync_txns}
-    raw_counts = {"none": args.txns, "end": args.txns, "txn": args.sync_txns}
-    raw_for = {"os": "end", "interval": "end", "transaction": "txn"}
-    # warm-up (not reported): imports, allocator, the pool's pages
-    warm = root / "warmup"
-    write_relay(warm, relay_options(args, "os"), workload, pool, min(2000, args.txns))
-    os.sync()
-    for rep in range(args.repeat):
-        for raw_mode, policy in (("none", "os"), ("end", "interval"), ("txn", "transaction")):
-            path = root / f"raw-{raw_mode}-{rep + 1}.bin"  # kept: no unlink/discard between phases
-            os.sync()
-            res = write_raw(path, raw_mode, workload, pool, raw_counts[raw_mode])
-            res.name += f" #{rep + 1}" * (args.repeat > 1)
-            results.append(res)
-            if res.note:
-                problems.append(f"{res.name}: {res.note}")
-            directory = root / f"relay-{policy}-{rep + 1}"
-            os.sync()
-            res = write_relay(
-                directory, relay_options(args, policy), workload, pool, counts[policy]
-            )
-            res.baseline = RAW_MODES[raw_for[policy]]
-            res.name += f" #{rep + 1}" * (args.repeat > 1)
-            results.append(res)
-            if rep + 1 < args.repeat:  # an earlier repeat: verify (warm), then make room
-                problems += verify_and_remove(directory, res)
-            else:
-                written[policy] = (directory, res.digest)
-        directory = root / f"relay-transaction-pipelined-{rep + 1}"
-        os.sync()
-        res = write_relay(
-            directory,
-            relay_options(args, "transaction"),
-            workload,
-            pool,
-            counts["transaction"],
-            pipelined=True,
-        )
-        res.baseline = RAW_MODES["txn"]
-        res.name += f" #{rep + 1}" * (args.repeat > 1)
-        results.append(res)
-        problems += verify_and_remove(directory, res)
-        print(f"  writes #{rep + 1} done", file=sys.stderr)
-    os.sync()
-    # reads: every relay directory, cold (this verifies them); raw reads of the `os` one
-    for policy in POLICIES:
-        directory, expected = written[policy]
-        files = sorted(directory.glob("relay-*.log"))
-        evict(files, args.cache)
-        try:
-            cold = read_relay(directory, cache_state(files))
-        except ReplicadError as exc:
-            problems.append(f"relay read ({policy} dir) failed: {exc}")
-            continue
-        cold.name, cold.baseline = f"relay read, cold ({policy} dir)", "raw read, cold"
-        rows = [cold]
-        if not cold.digest.same(expected):
-            problems.append(
-                f"{cold.name}: read back {cold.digest.as_json()} but wrote {expected.as_json()}"
-            )
-        if policy == "os":
-            evict(files, args.cache)
-            raw = read_raw(files, cache_state(files), expected)
-            raw.name = "raw read, cold"
-            warm = read_relay(directory, cache_state(files))
-            warm.name, warm.baseline = "relay read, warm", "raw read, warm"
-            bare = read_relay_bare(directory, cache_state(files))
-            bare.baseline = "raw read, warm"
-            warm_raw = read_raw(files, cache_state(files), expected)
-            warm_raw.name = "raw read, warm"
-            rows += [raw, warm, bare, warm_raw]
-            if not warm.digest.same(expected):
-                problems.append(f"{warm.name}: read back differs from what was written")
-            counted = (bare.digest.txns, bare.digest.events, bare.digest.event_bytes)
-            if counted != (expected.txns, expected.events, expected.event_bytes):
-                problems.append(f"{bare.name}: counted {counted}, wrote {expected.as_json()}")
-        for r in rows:
-            if r.note:
-                problems.append(f"{r.name}: {r.note}")
-        results += rows
-    return results, problems
-
-
-def verify_and_remove(directory: Path, written: Result) -> list[str]:
-    """A relay directory not kept for the cold reads: read it back (warm), then delete it."""
-    problems = []
-    try:
-        if not read_relay(directory, "warm").digest.same(written.digest):
-            problems.append(f"{written.name}: read back differs from what was written")
-    except ReplicadError as exc:
-        problems.append(f"{written.name}: reading it back failed: {exc}")
-    shutil.rmtree(directory)
-    return problems
-
-
-def profile(args: argparse.Namespace, root: Path, workload: Workload) -> str:
-    """cProfile of the writer (`os` policy: CPU only, no per-commit fsync) and the reader
-    (warm), plus the encode-only CPU cost (segment + record framing, no write)."""
-    pool = make_pool(workload)
-    count = min(args.txns, args.profile_txns)
-    out = io.StringIO()
-    # encode only: what the writer computes per transaction, without the syscalls
-    clock = time.perf_counter_ns
-    elapsed, nbytes, offset = 0, 0, 0
-    for batch in batches(workload, count):
-        work = [(events_of(pool, txn), txn) for txn in batch]
-        start = clock()
-        for events, txn in work:
-            commit = segment.CommitRecord(txn.position, txn.commit_ts, len(events))
-            data = records.encode_record(segment.encode_end(commit, events), offset)
-            offset += len(data)
-        elapsed += clock() - start
-        nbytes += sum(t.nbytes for t in batch)
-    print(
-        f"encode only (encode_end + encode_record, no I/O): {count:,} txns, "
-        f"{nbytes / MB / (elapsed / 1e9):,.0f} MB/s, {count / (elapsed / 1e9):,.0f} txn/s, "
-        f"{elapsed / count / 1000:.2f} µs/txn\n",
-        file=out,
-    )
-    directory = root / "profile"
-    profiler = cProfile.Profile()
-    write_relay(directory, relay_options(args, "os"), workload, pool, count, profiler)
-    print(f"-- writer, policy os, {count:,} txns (cProfile; own time first)", file=out)
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(14)
-    reader = RelayReader(directory)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in reader.transactions():
-        pass
-    profiler.disable()
-    print(f"-- reader (bare loop), {count:,} txns, warm (cProfile; own time first)", file=out)
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(14)
-    shutil.rmtree(directory)
-    return out.getvalue()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -275,20 +118,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def refusal(args: argparse.Namespace, parent: Path, fstype: str, workload: Workload) -> str | None:
+    """Why the run cannot measure what it means to in `parent`, if it cannot."""
+    if fstype in MEMORY_FILESYSTEMS and not args.allow_memory_fs:
+        return f"{parent} is on {fstype} (memory): pick a disk with --dir"
+    if args.cache == "drop" and not can_drop_caches():
+        return "--cache drop: cannot write /proc/sys/vm/drop_caches (not root?)"
+    per_round = 2 * args.txns + args.sync_txns  # raw files are kept, relay dirs of the last
+    need = workload.mean_txn_bytes() * per_round * (args.repeat + 1) * 1.1
+    stat = os.statvfs(parent)
+    if stat.f_bavail * stat.f_frsize < need + (1 << 30):
+        return f"need about {need / 1e9:.1f} GB free in {parent}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parent = args.dir or DATA_DIR
     parent.mkdir(parents=True, exist_ok=True)
     fstype = mount_of(parent).get("fstype", "?")
-    if fstype in MEMORY_FILESYSTEMS and not args.allow_memory_fs:
-        print(f"!!! {parent} is on {fstype} (memory): pick a disk with --dir", file=sys.stderr)
-        return 2
-    if args.cache == "drop" and not can_drop_caches():
-        print(
-            "!!! --cache drop: cannot write /proc/sys/vm/drop_caches (not root?)", file=sys.stderr
-        )
-        return 2
     workload = Workload(
         args.seed,
         tuple(args.events),
@@ -296,11 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         args.big_fraction,
         tuple(args.big_mib),
     )
-    per_round = 2 * args.txns + args.sync_txns  # raw files are kept, relay dirs of the last
-    need = workload.mean_txn_bytes() * per_round * (args.repeat + 1) * 1.1
-    stat = os.statvfs(parent)
-    if stat.f_bavail * stat.f_frsize < need + (1 << 30):
-        print(f"!!! need about {need / 1e9:.1f} GB free in {parent}", file=sys.stderr)
+    refused = refusal(args, parent, fstype, workload)
+    if refused:
+        print(f"!!! {refused}", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="relay-", dir=parent))
     info = machine_info(root)
