@@ -90,17 +90,11 @@ def drop_databases(server: mariadb.Server, names: list[str]) -> None:
         conn.close()
 
 
-def run(args: argparse.Namespace) -> int:
+def run_header(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """What the results start with: the options, the machine's load, the code measured."""
     from replicad.binlog import decoder_choice
 
-    started = time.perf_counter()
-    server = mariadb.Server(
-        "127.0.0.1", mariadb.MARIADB_PORT, "root", "root", "repl", "repl", REPLICAD_SERVER_ID
-    )
-    mariadb.ensure_server(server)
-    plan = decode_rows.Plan.for_rows(args.rows)
-    workdir = Path(tempfile.mkdtemp(prefix="replicad-publish-"))
-    results: dict[str, Any] = {
+    return {
         "args": {k: v for k, v in vars(args).items() if k not in ("child", "spec")},
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "loadavg_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
@@ -111,60 +105,75 @@ def run(args: argparse.Namespace) -> int:
         "publish": [],
         "problems": [],
     }
-    databases = [DATABASE]
-    if not args.skip_latency:
-        # The latency table, in e2e.py's database (its writer child writes there), created
-        # before the workload: replicad's schema snapshot at start knows it.
-        e2e_load.setup_database(server)
-        databases.append(e2e_load.DATABASE)
-    broker = kafka_broker.PrivateKafka(workdir / "kafka")
-    try:
-        print(f"workload: {plan.total:,} row changes into {DATABASE}.{TABLE} ...", file=sys.stderr)
-        binlog = make_binlog(server, plan, workdir / "binlog")
-        results["binlog"] = binlog
-        if binlog["counts"] != plan.counts():
+
+
+def binlog_and_decoders(
+    server: mariadb.Server, plan: decode_rows.Plan, workdir: Path, results: dict[str, Any]
+) -> dict[str, Any]:
+    """The workload's binlog, then every decoder on it (counts checked); the binlog."""
+    print(f"workload: {plan.total:,} row changes into {DATABASE}.{TABLE} ...", file=sys.stderr)
+    binlog = make_binlog(server, plan, workdir / "binlog")
+    results["binlog"] = binlog
+    if binlog["counts"] != plan.counts():
+        results["problems"].append(f"the workload made {binlog['counts']}, planned {plan.counts()}")
+    print("decoders, each in a child process ...", file=sys.stderr)
+    results["decoders"] = measure_decoders(server, binlog, plan)
+    for d in results["decoders"]:
+        if d.get("rows_counted") and not d.get("error") and d["counts"] != plan.counts():
             results["problems"].append(
-                f"the workload made {binlog['counts']}, planned {plan.counts()}"
+                f"{d['name']} counted {d['counts']}, the workload made {plan.counts()}"
             )
-        print("decoders, each in a child process ...", file=sys.stderr)
-        results["decoders"] = measure_decoders(server, binlog, plan)
-        for d in results["decoders"]:
-            if d.get("rows_counted") and not d.get("error") and d["counts"] != plan.counts():
-                results["problems"].append(
-                    f"{d['name']} counted {d['counts']}, the workload made {plan.counts()}"
-                )
-        bootstrap = broker.start()
-        pids = {"kafka (private)": broker.pid}
-        results["broker"] = f"private Apache Kafka (KRaft, one node) on {bootstrap}"
-        pids.update({k: v for k, v in procstat.service_pids().items() if k == "mariadbd"})
-        latency_seconds = 0.0 if args.skip_latency else args.latency_seconds
-        runs: list[tuple[str, dict[str, Any]]] = [
-            ("at-least-once", {"latency_seconds": latency_seconds, "keep_samples": True}),
-            ("exactly-once", {"eos": True}),
+    return binlog
+
+
+def publish_options(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """The `replicad run`s, in order: at-least-once (with the latency phases), exactly-once,
+    the relay on, and one per --producer-processes N."""
+    latency_seconds = 0.0 if args.skip_latency else args.latency_seconds
+    runs: list[tuple[str, dict[str, Any]]] = [
+        ("at-least-once", {"latency_seconds": latency_seconds, "keep_samples": True}),
+        ("exactly-once", {"eos": True}),
+    ]
+    if not args.skip_relay:
+        runs.append(("at-least-once, relay on", {"relay": True}))
+    for n in args.producer_processes:
+        runs.append((f"{PROCESSES_LABEL} {n}", {"producers": n}))
+    return runs
+
+
+def publishing(
+    args: argparse.Namespace,
+    broker: kafka_broker.PrivateKafka,
+    server: mariadb.Server,
+    binlog: dict[str, Any],
+    plan: decode_rows.Plan,
+    workdir: Path,
+    results: dict[str, Any],
+) -> None:
+    """The private broker started; the `replicad run`s, the librdkafka floor and (with
+    --big-transaction) the big transaction, into it."""
+    bootstrap = broker.start()
+    pids = {"kafka (private)": broker.pid}
+    results["broker"] = f"private Apache Kafka (KRaft, one node) on {bootstrap}"
+    pids.update({k: v for k, v in procstat.service_pids().items() if k == "mariadbd"})
+    for label, options in publish_options(args):
+        results["publish"].append(
+            publish(label, bootstrap, workdir, server, binlog, plan, pids, **options)
+        )
+    alo = results["publish"][0]
+    if not alo.get("error"):
+        results["floor"] = [
+            measure_floor(name, bootstrap, alo, plan.total, pids, headers=on, callback=on)
+            for name, on in ((FLOOR, True), (FLOOR_BARE, False))
         ]
-        if not args.skip_relay:
-            runs.append(("at-least-once, relay on", {"relay": True}))
-        for n in args.producer_processes:
-            runs.append((f"{PROCESSES_LABEL} {n}", {"producers": n}))
-        for label, options in runs:
-            results["publish"].append(
-                publish(label, bootstrap, workdir, server, binlog, plan, pids, **options)
-            )
-        alo = results["publish"][0]
-        if not alo.get("error"):
-            results["floor"] = [
-                measure_floor(name, bootstrap, alo, plan.total, pids, headers=on, callback=on)
-                for name, on in ((FLOOR, True), (FLOOR_BARE, False))
-            ]
-        if args.big_transaction:
-            results["big"] = big_transaction(
-                args.big_transaction, server, workdir, bootstrap, pids, args.producer_processes
-            )
-    finally:
-        broker.stop()
-        if not args.keep:
-            drop_databases(server, databases)
-    results["wall_s"] = round(time.perf_counter() - started, 1)
+    if args.big_transaction:
+        results["big"] = big_transaction(
+            args.big_transaction, server, workdir, bootstrap, pids, args.producer_processes
+        )
+
+
+def finish(args: argparse.Namespace, results: dict[str, Any], workdir: Path) -> int:
+    """The report, the problems, the JSON file; the exit status."""
     lines, problems = report(results)
     print()
     for line in lines:
@@ -181,6 +190,33 @@ def run(args: argparse.Namespace) -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if problems else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    server = mariadb.Server(
+        "127.0.0.1", mariadb.MARIADB_PORT, "root", "root", "repl", "repl", REPLICAD_SERVER_ID
+    )
+    mariadb.ensure_server(server)
+    plan = decode_rows.Plan.for_rows(args.rows)
+    workdir = Path(tempfile.mkdtemp(prefix="replicad-publish-"))
+    results = run_header(args, workdir)
+    databases = [DATABASE]
+    if not args.skip_latency:
+        # The latency table, in e2e.py's database (its writer child writes there), created
+        # before the workload: replicad's schema snapshot at start knows it.
+        e2e_load.setup_database(server)
+        databases.append(e2e_load.DATABASE)
+    broker = kafka_broker.PrivateKafka(workdir / "kafka")
+    try:
+        binlog = binlog_and_decoders(server, plan, workdir, results)
+        publishing(args, broker, server, binlog, plan, workdir, results)
+    finally:
+        broker.stop()
+        if not args.keep:
+            drop_databases(server, databases)
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+    return finish(args, results, workdir)
 
 
 def run_child(kind: str, spec: dict[str, Any]) -> int:
