@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
-def grid(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+
+def grid(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     """A plain-text table: the first column left-aligned, the others right-aligned, a rule
     under the head."""
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
