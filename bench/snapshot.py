@@ -26,17 +26,17 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness.children import python_env, stop_process
+from bench.harness.mariadb import MARIADB_PORT
 from bench.harness.paths import ROOT
 from bench.harness.procstat import cpu_seconds, vm_kb
 from bench.harness.tables import grid
 from bench.workloads.ten_columns import create_table, insert_rows, recreate_database
 
-PORT = 3306
 DB = "bench_snapshot"
 
 
 def prepare(rows: int) -> None:
-    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
+    conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
     with conn.cursor() as cur:
         recreate_database(cur, DB)
         cur.execute(create_table())
@@ -51,7 +51,7 @@ def mariadb_dump() -> dict[str, float]:
         [
             "mariadb-dump",
             "-h127.0.0.1",
-            f"-P{PORT}",
+            f"-P{MARIADB_PORT}",
             "-uroot",
             "-proot",
             "--single-transaction",
@@ -68,7 +68,7 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
     config = workdir / "config.yaml"
     config.write_text(
         "pipeline: bench\n"
-        f"source: {{host: 127.0.0.1, port: {PORT}, user: repl, password_env: BENCH_PW, "
+        f"source: {{host: 127.0.0.1, port: {MARIADB_PORT}, user: repl, password_env: BENCH_PW, "
         "server_id: 7990}\n"
         "sinks: {stdout: {path: /dev/null}}\n"
         f"coordination: {{local: {{path: {workdir / 'position.json'}}}}}\n"
