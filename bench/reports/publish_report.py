@@ -77,7 +77,22 @@ def busy_elsewhere(cpu: dict[str, Any]) -> float:
 
 def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Print the tables; (summary lines, problems)."""
-    b, problems = results["binlog"], list(results["problems"])
+    problems = list(results["problems"])
+    print_header(results)
+    decoders = {d["name"]: d for d in results["decoders"]}
+    dump = decoders["replicad dump"]
+    dump_per_row = None if dump.get("error") else dump["cpu_s"] / dump["rows"]
+    print(tables.grid(MAIN_HEAD, main_rows(results, dump_per_row, problems)))
+    print_notes(results)
+    print_latency(results, problems)
+    if "big" in results:
+        report_big(results, dump, problems)
+    return summary(results, decoders, dump_per_row), problems
+
+
+def print_header(results: dict[str, Any]) -> None:
+    """The binlog, the machine and the code measured."""
+    b = results["binlog"]
     c = b["counts"]
     print(
         f"binlog: {', '.join(b['names'])} ({b['bytes'] / 2**20:.1f} MiB), {b['start']['file']}:"
@@ -95,21 +110,27 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         f"replicad/ {[line[3:] for line in code['uncommitted']]}; _speedups built "
         f"{code['speedups_built']}\n"
     )
-    decoders = {d["name"]: d for d in results["decoders"]}
-    dump = decoders["replicad dump"]
-    dump_per_row = None if dump.get("error") else dump["cpu_s"] / dump["rows"]
-    head = (
-        "measurement",
-        "row changes",
-        "seconds",
-        "rows/s",
-        "CPU s",
-        "CPU µs/row",
-        "rows/s/core",
-        "CPU/row ÷ dump",
-        "peak RSS MB",
-    )
-    lines = []
+
+
+MAIN_HEAD = (
+    "measurement",
+    "row changes",
+    "seconds",
+    "rows/s",
+    "CPU s",
+    "CPU µs/row",
+    "rows/s/core",
+    "CPU/row ÷ dump",
+    "peak RSS MB",
+)
+
+
+def main_rows(
+    results: dict[str, Any], dump_per_row: float | None, problems: list[str]
+) -> list[tuple[str, ...]]:
+    """A row per decoder, two per `replicad run` (spawn -> last, first -> last) and one per
+    librdkafka floor; failures and count mismatches go to `problems`."""
+    lines: list[tuple[str, ...]] = []
     for d in results["decoders"]:
         if d.get("error"):
             lines.append((d["name"], "FAILED", *[""] * 7))
@@ -159,7 +180,11 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         lines.append(
             _row(f["name"], f["rows"], f["seconds"], f["cpu_s"], f["peak_rss_kb"], dump_per_row)
         )
-    print(tables.grid(head, lines))
+    return lines
+
+
+def print_notes(results: dict[str, Any]) -> None:
+    """What the columns mean, then per process its wall, CPU and message figures."""
     print(
         "\nseconds: mariadb-binlog and replicad dump: the process's wall time (output to "
         "/dev/null); decode only and python-mysql-replication: the decode loop inside the child "
@@ -201,6 +226,10 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
                 + e2e_report.cpu_line(f["machine_cpu"])
             )
             other_note(f["machine_cpu"])
+
+
+def print_latency(results: dict[str, Any], problems: list[str]) -> None:
+    """The latency table of the at-least-once runs (or that it was not measured)."""
     latency_lines = []
     for p in results["publish"]:
         for lat in p.get("latency", []):
@@ -250,9 +279,6 @@ def report(results: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
     else:
         print("\nLatency: not measured (--skip-latency)")
-    if "big" in results:
-        report_big(results, dump, problems)
-    return summary(results, decoders, dump_per_row), problems
 
 
 def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str]) -> None:
