@@ -139,6 +139,35 @@ def report(
     problems: list[str],
     seconds: float,
 ) -> dict[str, Any]:
+    """Print the set-up, the tables, the ratios and the verdict; the results as JSON."""
+    print_setup(info, workload, args)
+    print(format_table(results))
+    print(
+        "\nlat: relay = the commit() call (its fdatasync under `transaction`, a due one under "
+        "`interval`); raw = write(+fdatasync) of the transaction. txn max: relay = first "
+        "append() .. commit() returned (a segment rotation, with its fdatasync of the sealed "
+        "segment, happens in the first append() of a transaction). Timed: open() .. close() "
+        "(close = final fdatasync), generation excluded. syncs = fdatasync+fsync calls "
+        "(manifest and rotations included). self / other CPU: cores used by this process / by "
+        "other processes (kernel threads excluded) during the phase. MB = 10^6 B of event bytes."
+    )
+    table = ratios(results)
+    print_ratios(table)
+    print_disturbance(results, info["nproc"])
+    print(
+        f"\ntotal run time {seconds:.0f} s; load average at end "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    for problem in problems:
+        print(f"!!! {problem}", file=sys.stderr)
+    if not problems:
+        n = len([r for r in results if r.name.startswith("relay read, cold (")])
+        print(f"verified: all {n} relay directories read back exactly what was written")
+    return as_json(info, workload, args, results, table, problems, seconds)
+
+
+def print_setup(info: dict[str, Any], workload: Workload, args: argparse.Namespace) -> None:
+    """The machine, the disk and the workload."""
     fs, dev = info["filesystem"], info["device"]
     print(
         f"machine: {info['nproc']} CPUs ({info['cpu']}), Linux {info['kernel']}, "
@@ -164,17 +193,9 @@ def report(
         f"segments {args.segment_mib} MiB, parts {args.part_kib} KiB, interval "
         f"{args.interval_ms} ms, manifest every 1 s; cold reads: {args.cache}\n"
     )
-    print(format_table(results))
-    print(
-        "\nlat: relay = the commit() call (its fdatasync under `transaction`, a due one under "
-        "`interval`); raw = write(+fdatasync) of the transaction. txn max: relay = first "
-        "append() .. commit() returned (a segment rotation, with its fdatasync of the sealed "
-        "segment, happens in the first append() of a transaction). Timed: open() .. close() "
-        "(close = final fdatasync), generation excluded. syncs = fdatasync+fsync calls "
-        "(manifest and rotations included). self / other CPU: cores used by this process / by "
-        "other processes (kernel threads excluded) during the phase. MB = 10^6 B of event bytes."
-    )
-    table = ratios(results)
+
+
+def print_ratios(table: list[dict[str, Any]]) -> None:
     print("\nrelay ÷ raw (event MB/s):")
     w1 = max((len(e["relay"]) for e in table), default=0)
     w2 = max((len(e["raw"]) for e in table), default=0)
@@ -190,24 +211,30 @@ def report(
         print(
             f"  {entry['relay']:<{w1}}  ÷ {entry['raw']:<{w2}}  {entry['mb_s_ratio']:5.2f}{extra}"
         )
+
+
+def print_disturbance(results: list[Result], nproc: int) -> None:
+    """A note when other processes or CPU pressure may have disturbed a phase."""
     timed = [r for r in results if r.cpu.get("wall", 0) >= 0.5]
     others = max((r.cpu["other_cores"] for r in timed), default=0.0)
     stall = max((r.cpu.get("cpu_stall_share", -1) for r in timed), default=-1.0)
     if others > 0.3 or stall > 0.1:
         print(
             f"\nnote: other processes used up to {others:.2f} cores during a phase (of "
-            f"{info['nproc']}), tasks waited for a CPU up to {max(stall, 0):.0%} of a phase "
+            f"{nproc}), tasks waited for a CPU up to {max(stall, 0):.0%} of a phase "
             "(PSI cpu some): figures may be disturbed; compare with a re-run"
         )
-    print(
-        f"\ntotal run time {seconds:.0f} s; load average at end "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
-    )
-    for problem in problems:
-        print(f"!!! {problem}", file=sys.stderr)
-    if not problems:
-        n = len([r for r in results if r.name.startswith("relay read, cold (")])
-        print(f"verified: all {n} relay directories read back exactly what was written")
+
+
+def as_json(
+    info: dict[str, Any],
+    workload: Workload,
+    args: argparse.Namespace,
+    results: list[Result],
+    table: list[dict[str, Any]],
+    problems: list[str],
+    seconds: float,
+) -> dict[str, Any]:
     return {
         "machine": info,
         "workload": {
