@@ -53,6 +53,25 @@ def report_throughput(results: dict[str, Any], verdicts: list[str]) -> None:
         f"more per delete), {t['message_bytes'] / 2**20:.1f} MiB of keys and values"
     )
     head = ("", "seconds", "rows/s", "msgs/s", "CPU s", "peak RSS MB")
+    lines = decoder_rows(results, rows) + end_to_end_rows(t, rows)
+    ceiling = results.get("ceiling")
+    if ceiling:
+        lines.append(ceiling_row(ceiling))
+    print(tables.grid(head, lines))
+    print(
+        "CPU s and peak RSS (VmHWM): the decoding child's; for end to end, the replicad process "
+        "(utime+stime); for the ceiling, the producing process"
+    )
+    print("e2e phase " + cpu_line(t["cpu"]))
+    print(f"replicad's CPU s by thread: {thread_split(t.get('replicad_threads_cpu_s'))}")
+    if ceiling:
+        print("ceiling phase " + cpu_line(ceiling["cpu"]))
+    ratio_verdict(results, verdicts)
+    print_profile(t.get("profile"))
+
+
+def decoder_rows(results: dict[str, Any], rows: int) -> list[tuple[str, ...]]:
+    """The decode-only and decode + encode children's rows of the throughput table."""
     lines: list[tuple[str, ...]] = []
     for label, name in (
         ("decode only (replicad decoder, from disk)", "decode_only"),
@@ -73,6 +92,12 @@ def report_throughput(results: dict[str, Any], verdicts: list[str]) -> None:
                 _mb(d.get("peak_rss_kb")),
             )
         )
+    return lines
+
+
+def end_to_end_rows(t: dict[str, Any], rows: int) -> list[tuple[str, ...]]:
+    """End to end, split into start-up and streaming."""
+    lines: list[tuple[str, ...]] = []
     rss, cpu_s = t["replicad_peak_rss_mb"], t["replicad_cpu_s"]
     lines.append(
         (
@@ -95,27 +120,23 @@ def report_throughput(results: dict[str, Any], verdicts: list[str]) -> None:
             "",
         )
     )
-    ceiling = results.get("ceiling")
-    if ceiling:
-        lines.append(
-            (
-                "broker ceiling: same messages, producer only",
-                f"{ceiling['seconds']:.2f}",
-                "",
-                _rate(ceiling["messages"], ceiling["seconds"]),
-                f"{ceiling['cpu']['this script']:.2f}",
-                "",
-            )
-        )
-    print(tables.grid(head, lines))
-    print(
-        "CPU s and peak RSS (VmHWM): the decoding child's; for end to end, the replicad process "
-        "(utime+stime); for the ceiling, the producing process"
+    return lines
+
+
+def ceiling_row(ceiling: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        "broker ceiling: same messages, producer only",
+        f"{ceiling['seconds']:.2f}",
+        "",
+        _rate(ceiling["messages"], ceiling["seconds"]),
+        f"{ceiling['cpu']['this script']:.2f}",
+        "",
     )
-    print("e2e phase " + cpu_line(t["cpu"]))
-    print(f"replicad's CPU s by thread: {thread_split(t.get('replicad_threads_cpu_s'))}")
-    if ceiling:
-        print("ceiling phase " + cpu_line(ceiling["cpu"]))
+
+
+def ratio_verdict(results: dict[str, Any], verdicts: list[str]) -> None:
+    """e2e time over decode-only time against TARGET_RATIO, printed and kept as a verdict."""
+    t = results["throughput"]
     dec = results.get("decode_only") or {}
     if dec.get("seconds"):
         ratio = t["e2e_s"] / dec["seconds"]
@@ -127,7 +148,10 @@ def report_throughput(results: dict[str, Any], verdicts: list[str]) -> None:
         )
         print(verdict)
         verdicts.append(verdict)
-    profile = t.get("profile")
+
+
+def print_profile(profile: dict[str, Any] | None) -> None:
+    """py-spy's top functions, when it sampled the e2e phase."""
     if profile:
         if profile.get("error"):
             print(f"py-spy failed: {profile['error']}")
