@@ -391,45 +391,66 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
 def summary(
     results: dict[str, Any], decoders: dict[str, Any], dump_per_row: float | None
 ) -> list[str]:
+    """The summary lines: each goal met or missed, and what the figures mean."""
+    runs = {p["label"]: p for p in results["publish"] if not p.get("error")}
+    lines = decoder_verdicts(decoders)
+    lines += publish_verdicts(runs, dump_per_row)
+    lines += relay_lines(runs, results["args"]["skip_relay"])
+    lines.extend(processes_summary(runs, dump_per_row))
+    lines += floor_lines(results, runs, dump_per_row)
+    lines += big_lines(results, decoders, runs.get("at-least-once"))
+    return lines
+
+
+def _verdict(label: str, value: float | None, goal: float, at_least: bool) -> str:
+    if value is None:
+        return f"{label}: not measured"
+    ok = value >= goal if at_least else value <= goal
+    sign = ">=" if at_least else "<="
+    return f"{label} = {value:.2f} (goal {sign} {goal:g}): {'MET' if ok else 'MISSED'}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def decoder_verdicts(decoders: dict[str, Any]) -> list[str]:
+    """replicad dump against mariadb-binlog, the decoder against python-mysql-replication."""
+
     def rate(name: str) -> float | None:
         d = decoders.get(name) or {}
         return None if d.get("error") or not d.get("seconds") else d["rows"] / d["seconds"]
-
-    def verdict(label: str, value: float | None, goal: float, at_least: bool) -> str:
-        if value is None:
-            return f"{label}: not measured"
-        ok = value >= goal if at_least else value <= goal
-        sign = ">=" if at_least else "<="
-        return f"{label} = {value:.2f} (goal {sign} {goal:g}): {'MET' if ok else 'MISSED'}"
-
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a is not None and b else None
 
     dump, mdb = rate("replicad dump"), rate("mariadb-binlog -v --base64-output=decode-rows")
     ours = rate("replicad decode only (iter_row_changes)")
     peer = rate("python-mysql-replication (from the server)")
     lines = [
-        verdict(
+        _verdict(
             "replicad dump rows/s ÷ mariadb-binlog rows/s",
-            ratio(dump, mdb),
+            _ratio(dump, mdb),
             TARGET_DUMP_OVER_MARIADB,
             True,
         ),
-        verdict(
+        _verdict(
             "decode-only rows/s ÷ python-mysql-replication rows/s",
-            ratio(ours, peer),
+            _ratio(ours, peer),
             TARGET_DECODE_OVER_PEER,
             True,
         ),
     ]
-    runs = {p["label"]: p for p in results["publish"] if not p.get("error")}
+    return lines
+
+
+def publish_verdicts(runs: dict[str, Any], dump_per_row: float | None) -> list[str]:
+    """Publishing CPU per row against dump's, at-least-once and exactly-once."""
+    lines: list[str] = []
     for label in ("at-least-once", "exactly-once"):
         p = runs.get(label)
-        whole = ratio(ratio(p["cpu_s"], p["rows"]), dump_per_row) if p else None
+        whole = _ratio(_ratio(p["cpu_s"], p["rows"]), dump_per_row) if p else None
         stream = (
-            ratio(ratio(p["streaming_cpu_s"], p["streaming_rows"]), dump_per_row) if p else None
+            _ratio(_ratio(p["streaming_cpu_s"], p["streaming_rows"]), dump_per_row) if p else None
         )
-        line = verdict(
+        line = _verdict(
             f"publish CPU/row ÷ dump CPU/row, {label}, spawn -> last",
             whole,
             TARGET_PUBLISH_OVER_DUMP_CPU,
@@ -439,7 +460,7 @@ def summary(
         threads = (p or {}).get("threads_cpu_s") or {}
         if threads.get("librdkafka threads") is not None:
             own = threads["librdkafka threads"] / p["rows"]
-            share = ratio(own, dump_per_row)
+            share = _ratio(own, dump_per_row)
             lines.append(
                 f"  of which librdkafka's own threads (batching, protocol, sockets): "
                 f"{own * 1e6:.2f} µs/row = {_f(share)}× dump's CPU per row. The run also "
@@ -447,11 +468,16 @@ def summary(
                 f"stays above 1 + {_f(share)} = {_f(None if share is None else 1 + share)} "
                 "whatever the Python side costs"
             )
+    return lines
+
+
+def relay_lines(runs: dict[str, Any], skipped: bool) -> list[str]:
+    lines: list[str] = []
     on, off = runs.get("at-least-once, relay on"), runs.get("at-least-once")
     if on and off:
 
         def speed(run: dict[str, Any], rows: str, seconds: str) -> str:
-            return _f(ratio(run[rows], run[seconds]), ",.0f")
+            return _f(_ratio(run[rows], run[seconds]), ",.0f")
 
         lines.append(
             f"relay log on / off, wall rows/s spawn -> last: {speed(on, 'rows', 'wall_s')} / "
@@ -459,25 +485,32 @@ def summary(
             f"{speed(on, 'streaming_rows', 'streaming_s')} / "
             f"{speed(off, 'streaming_rows', 'streaming_s')}"
         )
-    elif not results["args"]["skip_relay"]:
+    elif not skipped:
         lines.append("relay log on / off: not measured (a run failed)")
-    lines.extend(processes_summary(runs, dump_per_row))
+    return lines
+
+
+def floor_lines(
+    results: dict[str, Any], runs: dict[str, Any], dump_per_row: float | None
+) -> list[str]:
+    """The librdkafka floor against dump's CPU per row and the at-least-once run's."""
+    lines: list[str] = []
     floors = {f["name"]: f for f in results.get("floor", []) if not f.get("error")}
     floor, bare, alo = floors.get(FLOOR), floors.get(FLOOR_BARE), runs.get("at-least-once")
     if floor:
         x = floor["cpu_s"] / floor["rows"]
-        stream = ratio(alo["streaming_cpu_s"], alo["streaming_rows"]) if alo else None
+        stream = _ratio(alo["streaming_cpu_s"], alo["streaming_rows"]) if alo else None
         lines.append(
             f"librdkafka floor (same messages, headers, callbacks): {x * 1e6:.2f} µs/row = "
-            f"{_f(ratio(x, dump_per_row))}× dump's CPU per row; replicad run at-least-once "
+            f"{_f(_ratio(x, dump_per_row))}× dump's CPU per row; replicad run at-least-once "
             f"streaming: {_f(stream * 1e6 if stream else None)} µs/row = "
-            f"{_f(ratio(stream, x))}× the floor"
+            f"{_f(_ratio(stream, x))}× the floor"
         )
         loop = floor["loop_cpu_s"] / floor["rows"]
         lines.append(
             f"  the floor's produce loop + flush alone (no interpreter start-up or imports): "
-            f"{loop * 1e6:.2f} µs/row = {_f(ratio(loop, dump_per_row))}× dump's; replicad "
-            f"streaming = {_f(ratio(stream, loop))}× that"
+            f"{loop * 1e6:.2f} µs/row = {_f(_ratio(loop, dump_per_row))}× dump's; replicad "
+            f"streaming = {_f(_ratio(stream, loop))}× that"
         )
         if bare:
             y = bare["cpu_s"] / bare["rows"]
@@ -487,6 +520,14 @@ def summary(
             )
     elif results.get("publish"):
         lines.append("librdkafka floor: not measured (the at-least-once run or the child failed)")
+    return lines
+
+
+def big_lines(
+    results: dict[str, Any], decoders: dict[str, Any], alo: dict[str, Any] | None
+) -> list[str]:
+    """Peak RSS with one big transaction against the normal workload."""
+    lines: list[str] = []
     big = results.get("big")
     if big:
         d, p = big["dump"], big["publish"]
