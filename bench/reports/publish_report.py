@@ -284,7 +284,7 @@ def print_latency(results: dict[str, Any], problems: list[str]) -> None:
 def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str]) -> None:
     """One transaction of --big-transaction rows next to the normal workload's figures."""
     big, b = results["big"], results["big"]["binlog"]
-    rows = big["rows"]
+    rows, big_run = big["rows"], big["publish"]
     if b["counts"]["c"] != rows:
         problems.append(f"the big transaction inserted {b['counts']['c']:,} rows, not {rows:,}")
     print(
@@ -294,69 +294,7 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
         f"{b['end']['pos']}; against the normal workload ({results['binlog']['bytes'] / 2**20:.1f}"
         f" MiB, {ROWS_PER_TRANSACTION}-row transactions):"
     )
-    normal = next(
-        (p for p in results["publish"] if p["label"] == "at-least-once" and not p.get("error")),
-        None,
-    )
-    head = (
-        "measurement",
-        "rows/txn",
-        "row changes",
-        "seconds",
-        "rows/s",
-        "CPU s",
-        "CPU µs/row",
-        "peak RSS MB",
-    )
-
-    def line(
-        name: str, per_txn: int, n: int, sec: float, cpu: float, kb: int | None
-    ) -> tuple[str, ...]:
-        r = _row(name, n, sec, cpu, kb, None)
-        return (r[0], f"{per_txn:,}", *r[1:6], r[8])
-
-    lines = []
-    for label, per_txn, d in (("normal", ROWS_PER_TRANSACTION, dump), ("big", rows, big["dump"])):
-        name = f"replicad dump, {label}"
-        if d.get("error"):
-            lines.append((name, "FAILED", *[""] * 6))
-            problems.append(f"{name} FAILED:\n{d['error']}")
-        else:
-            lines.append(line(name, per_txn, d["rows"], d["seconds"], d["cpu_s"], d["peak_rss_kb"]))
-    big_run = big["publish"]
-    runs = [("normal", ROWS_PER_TRANSACTION, normal), ("big", rows, big_run)]
-    runs += [
-        (f"big, {p['producer_processes']} producer processes", rows, p)
-        for p in big.get("processes", [])
-    ]
-    for label, per_txn, p in runs:
-        name = f"replicad run at-least-once, {label}"
-        if p is None or p.get("error"):
-            lines.append((name, "FAILED", *[""] * 6))
-            if p is not None:
-                problems.append(f"{name} FAILED:\n{p['error']}")
-            continue
-        lines.append(
-            line(
-                f"{name}: spawn -> last",
-                per_txn,
-                p["rows"],
-                p["wall_s"],
-                p["cpu_s"],
-                p["peak_rss_kb"],
-            )
-        )
-        lines.append(
-            line(
-                f"{name}: first -> last",
-                per_txn,
-                p["streaming_rows"],
-                p["streaming_s"],
-                p["streaming_cpu_s"],
-                None,
-            )
-        )
-    print(tables.grid(head, lines))
+    print(tables.grid(BIG_HEAD, big_rows(results, dump, problems)))
     for p in big.get("processes", []):
         if not p.get("error"):
             kb = [k for k in p["children_peak_rss_kb"] if k]
@@ -386,6 +324,82 @@ def report_big(results: dict[str, Any], dump: dict[str, Any], problems: list[str
                 f"big transaction: consumed {big_run['messages']:,} messages "
                 f"({big_run['counts']}), expected {rows:,} ({big_run['expected']})"
             )
+
+
+BIG_HEAD = (
+    "measurement",
+    "rows/txn",
+    "row changes",
+    "seconds",
+    "rows/s",
+    "CPU s",
+    "CPU µs/row",
+    "peak RSS MB",
+)
+
+
+def _big_row(
+    name: str, per_txn: int, n: int, sec: float, cpu: float, kb: int | None
+) -> tuple[str, ...]:
+    r = _row(name, n, sec, cpu, kb, None)
+    return (r[0], f"{per_txn:,}", *r[1:6], r[8])
+
+
+def big_rows(
+    results: dict[str, Any], dump: dict[str, Any], problems: list[str]
+) -> list[tuple[str, ...]]:
+    """replicad dump and replicad run, normal workload and big transaction (and with
+    producer processes); failures go to `problems`."""
+    big = results["big"]
+    rows = big["rows"]
+    normal = next(
+        (p for p in results["publish"] if p["label"] == "at-least-once" and not p.get("error")),
+        None,
+    )
+    lines: list[tuple[str, ...]] = []
+    for label, per_txn, d in (("normal", ROWS_PER_TRANSACTION, dump), ("big", rows, big["dump"])):
+        name = f"replicad dump, {label}"
+        if d.get("error"):
+            lines.append((name, "FAILED", *[""] * 6))
+            problems.append(f"{name} FAILED:\n{d['error']}")
+        else:
+            lines.append(
+                _big_row(name, per_txn, d["rows"], d["seconds"], d["cpu_s"], d["peak_rss_kb"])
+            )
+    big_run = big["publish"]
+    runs = [("normal", ROWS_PER_TRANSACTION, normal), ("big", rows, big_run)]
+    runs += [
+        (f"big, {p['producer_processes']} producer processes", rows, p)
+        for p in big.get("processes", [])
+    ]
+    for label, per_txn, p in runs:
+        name = f"replicad run at-least-once, {label}"
+        if p is None or p.get("error"):
+            lines.append((name, "FAILED", *[""] * 6))
+            if p is not None:
+                problems.append(f"{name} FAILED:\n{p['error']}")
+            continue
+        lines.append(
+            _big_row(
+                f"{name}: spawn -> last",
+                per_txn,
+                p["rows"],
+                p["wall_s"],
+                p["cpu_s"],
+                p["peak_rss_kb"],
+            )
+        )
+        lines.append(
+            _big_row(
+                f"{name}: first -> last",
+                per_txn,
+                p["streaming_rows"],
+                p["streaming_s"],
+                p["streaming_cpu_s"],
+                None,
+            )
+        )
+    return lines
 
 
 def summary(
