@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common
+from bench.harness import children, mariadb, tables
 
 DATABASE = "bench_dump"
 COLUMNS = "id, customer_id, name, email, city, status, amount, created, note, code"
@@ -93,7 +93,7 @@ def write_workload(cur: Any, conn: Any, table: str, rows: int, batch: int) -> di
 def make_binlog(charset: str, rows: int, batch: int, into: Path) -> dict[str, Any]:
     """The workload on a fresh table in binlog files of its own, copied into `into`."""
     table = f"t_{charset}"
-    conn = common.connect()  # the client's charset: PyMySQL's default, utf8mb4
+    conn = mariadb.connect()  # the client's charset: PyMySQL's default, utf8mb4
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@binlog_annotate_row_events, @@binlog_row_image")
@@ -149,7 +149,7 @@ def dump_cmd(files: list[str]) -> list[str]:
 def read_back(files: list[str], table: str) -> dict[str, Any]:
     """One compiled `replicad dump` read back: lines of this table, lines of others, the
     first line's size and the largest line's."""
-    env = {**common.python_env(), "REPLICAD_REQUIRE_SPEEDUPS": "1"}
+    env = {**children.python_env(), "REPLICAD_REQUIRE_SPEEDUPS": "1"}
     ours = others = 0
     first = largest = 0
     tag = f'"table":"{table}"'.encode()
@@ -165,20 +165,29 @@ def read_back(files: list[str], table: str) -> dict[str, Any]:
                 others += 1
     if proc.returncode:
         raise RuntimeError(f"replicad dump exited {proc.returncode}")
-    return {"rows": ours, "other_rows": others, "first_line_bytes": first,
-            "largest_line_bytes": largest}  # fmt: skip
+    return {
+        "rows": ours,
+        "other_rows": others,
+        "first_line_bytes": first,
+        "largest_line_bytes": largest,
+    }
 
 
 def measure(binlog: dict[str, Any], repeat: int, pure: bool) -> dict[str, dict[str, float]]:
-    env = common.python_env()
+    env = children.python_env()
     tools = {
         "mariadb-binlog -v": (
-            [shutil.which("mariadb-binlog") or "mariadb-binlog", "--no-defaults", "-v",
-             "--base64-output=decode-rows", *binlog["files"]],
+            [
+                shutil.which("mariadb-binlog") or "mariadb-binlog",
+                "--no-defaults",
+                "-v",
+                "--base64-output=decode-rows",
+                *binlog["files"],
+            ],
             env,
         ),
         "replicad dump": (dump_cmd(binlog["files"]), {**env, "REPLICAD_REQUIRE_SPEEDUPS": "1"}),
-    }  # fmt: skip
+    }
     if pure:
         tools["replicad dump, pure Python"] = (
             dump_cmd(binlog["files"]),
@@ -198,15 +207,26 @@ def report(charset: str, binlog: dict[str, Any], best: dict[str, Any], back: dic
     peer = best["mariadb-binlog -v"]["wall_s"]
     lines = []
     for name, m in best.items():
-        lines.append((name, f"{m['wall_s']:.2f}", f"{m['cpu_s']:.2f}",
-                      f"{rows / m['wall_s']:,.0f}", f"{peer / m['wall_s']:.2f}"))  # fmt: skip
-    print(f"\n== {charset}: {binlog['table']}, {binlog['counts']['c']:,} inserted + "
-          f"{binlog['counts']['u']:,} updated, {binlog['bytes'] / 1e6:.1f} MB in "
-          f"{len(binlog['files'])} file(s); server {binlog['server']}")  # fmt: skip
-    print(common.grid(("tool", "wall s", "CPU s", "rows/s", "× mariadb-binlog"), lines))
-    print(f"read back: {back['rows']:,} lines of {binlog['table']} (+{back['other_rows']} "
-          f"of other writers), first line {back['first_line_bytes']:,} B, largest "
-          f"{back['largest_line_bytes']:,} B")  # fmt: skip
+        lines.append(
+            (
+                name,
+                f"{m['wall_s']:.2f}",
+                f"{m['cpu_s']:.2f}",
+                f"{rows / m['wall_s']:,.0f}",
+                f"{peer / m['wall_s']:.2f}",
+            )
+        )
+    print(
+        f"\n== {charset}: {binlog['table']}, {binlog['counts']['c']:,} inserted + "
+        f"{binlog['counts']['u']:,} updated, {binlog['bytes'] / 1e6:.1f} MB in "
+        f"{len(binlog['files'])} file(s); server {binlog['server']}"
+    )
+    print(tables.grid(("tool", "wall s", "CPU s", "rows/s", "× mariadb-binlog"), lines))
+    print(
+        f"read back: {back['rows']:,} lines of {binlog['table']} (+{back['other_rows']} "
+        f"of other writers), first line {back['first_line_bytes']:,} B, largest "
+        f"{back['largest_line_bytes']:,} B"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--keep", action="store_true", help="keep the database")
     args = parser.parse_args(argv)
-    common.compile_bytecode()
+    children.compile_bytecode()
     print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}")
     results: dict[str, Any] = {}
     problems = []
@@ -229,14 +249,19 @@ def main(argv: list[str] | None = None) -> int:
             best = measure(binlog, args.repeat, args.pure)
             back = read_back(binlog["files"], binlog["table"])
             if back["rows"] != sum(binlog["counts"].values()):
-                problems.append(f"{charset}: dump gave {back['rows']} rows of "
-                                f"{binlog['table']}, {binlog['counts']} written")  # fmt: skip
+                problems.append(
+                    f"{charset}: dump gave {back['rows']} rows of "
+                    f"{binlog['table']}, {binlog['counts']} written"
+                )
             report(charset, binlog, best, back)
-            results[charset] = {"binlog": {k: v for k, v in binlog.items() if k != "files"},
-                                "tools": best, "read_back": back}  # fmt: skip
+            results[charset] = {
+                "binlog": {k: v for k, v in binlog.items() if k != "files"},
+                "tools": best,
+                "read_back": back,
+            }
     print(f"load average at end: {os.getloadavg()}")
     if not args.keep:
-        conn = common.connect()
+        conn = mariadb.connect()
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
         conn.close()

@@ -2,7 +2,7 @@
 and the invalidations per second it sustains, in one run on this machine.
 
 Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
-(bench/common.py's PrivateKafka, as `bench/spark_lag.py`), a private Redis
+(bench/harness/kafka_broker.py's PrivateKafka, as `bench/spark_lag.py`), a private Redis
 (scripts/services.sh redis-instance), `replicad run` publishing to the broker and `replicad
 invalidate` working on the Redis. Rules: `load:{id}`
 for `load_rows`, written at `--rate` rows/s (transactions of 100 rows), and `probe:{id}` for
@@ -32,22 +32,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    MARIADB_PORT,
-    ROOT,
-    PrivateKafka,
-    connect,
-    free_port_block,
-    grid,
-    paced_writer,
-    prepare_load_database,
-    python_env,
-    stop_process,
-)
-from bench.e2e import percentiles
+from bench.harness.daemons import Daemons, config_head, start_load
+from bench.harness.kafka_broker import PrivateKafka
+from bench.harness.mariadb import connect, prepare_load_database
+from bench.harness.paths import SERVICES_SCRIPT
+from bench.harness.tables import grid, percentiles
+from tests.helpers.ports import free_port_block
 
 DB = "bench_invalidate"
-SERVICES = ROOT / "scripts" / "services.sh"
 
 
 def prober(cache: redis.Redis, stop: threading.Event, lags: list[float]) -> None:
@@ -70,8 +62,9 @@ def prober(cache: redis.Redis, stop: threading.Event, lags: list[float]) -> None
 
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
     """Per partition, the offset after its last message (the high watermark)."""
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends",
-                       "enable.auto.commit": False})  # fmt: skip
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-ends", "enable.auto.commit": False}
+    )
     try:
         partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
         return {
@@ -92,6 +85,112 @@ def _committed(bootstrap: str, group: str, topic: str, ends: dict[int, int]) -> 
         reader.close()
 
 
+def redis_instance(action: str, work: Path, port: int, check: bool) -> None:
+    subprocess.run(
+        ["bash", str(SERVICES_SCRIPT), "redis-instance", action, str(work / "redis"), str(port)],
+        check=check,
+    )
+
+
+def write_config(work: Path, bootstrap: str, redis_port: int) -> Path:
+    config = work / "config.yaml"
+    config.write_text(
+        config_head("inv", 7996, bootstrap, work, DB) + "invalidate:\n"
+        "  group_id: bench-invalidate\n"
+        f"  redis: {{url: 'redis://127.0.0.1:{redis_port}/0'}}\n"
+        "  rules:\n"
+        f"    - {{table: '{DB}\\.load_rows', keys: ['load:{{id}}']}}\n"
+        f"    - {{table: '{DB}\\.probe', keys: ['probe:{{id}}']}}\n"
+        "log: {format: json, level: info}\n"
+    )
+    return config
+
+
+def probe_lags(args: argparse.Namespace, cache: redis.Redis) -> tuple[int, list[float]]:
+    """The load at --rate for --seconds after a 10 s warm-up, probed all along: the rows
+    committed while measured, and each probe's commit -> key gone (s)."""
+    stop = threading.Event()
+    committed = [0]
+    lags: list[float] = []
+    threads = start_load(DB, args.rate, stop, committed, prober, (cache, stop, lags))
+    try:
+        time.sleep(10)  # warm-up: topics created, the group formed
+        lags.clear()
+        measured_from = committed[0]
+        time.sleep(args.seconds)
+    finally:
+        stop.set()
+    for thread in threads:
+        thread.join(15)
+    return committed[0] - measured_from, lags
+
+
+def write_backlog(bootstrap: str, topic: str, rows: int) -> dict[int, int]:
+    """`rows` changes committed while no invalidator runs; the topic's ends once it holds
+    them all (or after 300 s)."""
+    before = sum(_ends(bootstrap, topic).values())  # one partition: its message count
+    conn = connect(DB)
+    with conn.cursor() as cur:
+        for first in range(0, rows, 10_000):
+            values = ", ".join(f"({first + i}, {i}, 'b')" for i in range(10_000))
+            cur.execute(f"REPLACE INTO load_rows VALUES {values}")
+            conn.commit()
+    conn.close()
+    deadline = time.monotonic() + 300
+    ends = _ends(bootstrap, topic)
+    while sum(ends.values()) < before + rows and time.monotonic() < deadline:
+        time.sleep(1)
+        ends = _ends(bootstrap, topic)
+    return ends
+
+
+def backlog_rate(
+    args: argparse.Namespace, bootstrap: str, daemons: Daemons, config: Path
+) -> tuple[int, float]:
+    """Throughput: a backlog the invalidator works through from a standing start; the
+    messages committed from its first commit on (the group's forming left out) and the
+    seconds that took."""
+    daemons.stop("invalidate", 30)
+    topic = f"inv.{DB}.load_rows"
+    ends = write_backlog(bootstrap, topic, args.backlog)
+    daemons.start("invalidate", ["invalidate", "-c", str(config)])
+    total, first = sum(ends.values()), _committed(bootstrap, "bench-invalidate", topic, ends)
+    began, done = None, first
+    while done < total:
+        time.sleep(0.1)
+        done = _committed(bootstrap, "bench-invalidate", topic, ends)
+        if began is None and done > first:
+            began, first_done = time.perf_counter(), done
+    assert began is not None
+    return total - first_done, time.perf_counter() - began
+
+
+def report(
+    args: argparse.Namespace, offered: int, lags: list[float], backlog_n: int, backlog_s: float
+) -> None:
+    lag = percentiles(lags) or {}
+    print(
+        f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 10 s warm-up "
+        f"({offered} rows committed, {offered / args.seconds:.0f} rows/s reached); "
+        f"{len(lags)} probes; {os.cpu_count()} CPUs"
+    )
+    print(
+        grid(
+            ("measure", "p50 ms", "p90 ms", "p99 ms", "max ms"),
+            [
+                (
+                    "commit -> Redis key gone (probe)",
+                    *(f"{lag.get(k, 0):.1f}" for k in ("p50", "p90", "p99", "max")),
+                )
+            ],
+        )
+    )
+    print(
+        f"backlog of {args.backlog} changes: {backlog_n} UNLINKs (after its first commit) in "
+        f"{backlog_s:.1f} s: {backlog_n / backlog_s:.0f} invalidations/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=5000)
@@ -102,109 +201,22 @@ def main() -> None:
     broker = PrivateKafka(work / "kafka")
     bootstrap = broker.start()
     redis_port = free_port_block(1)  # below the ephemeral range
-    subprocess.run(["bash", str(SERVICES), "redis-instance", "up", str(work / "redis"),
-                    str(redis_port)], check=True)  # fmt: skip
+    redis_instance("up", work, redis_port, check=True)
     cache = redis.Redis(port=redis_port)
     prepare_load_database(DB, "id INT PRIMARY KEY, n BIGINT", "1, 0")
-    config = work / "config.yaml"
-    config.write_text(
-        "pipeline: inv\n"
-        f"source: {{host: 127.0.0.1, port: {MARIADB_PORT}, user: repl, password_env: BENCH_PW, "
-        "server_id: 7996, start: latest}\n"
-        f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}', prefix: inv}}}}\n"
-        f"coordination: {{local: {{path: {work / 'position.json'}}}}}\n"
-        f"filters: {{include: ['{DB}\\..*']}}\n"
-        "invalidate:\n"
-        "  group_id: bench-invalidate\n"
-        f"  redis: {{url: 'redis://127.0.0.1:{redis_port}/0'}}\n"
-        "  rules:\n"
-        f"    - {{table: '{DB}\\.load_rows', keys: ['load:{{id}}']}}\n"
-        f"    - {{table: '{DB}\\.probe', keys: ['probe:{{id}}']}}\n"
-        "log: {format: json, level: info}\n"
-    )
-    env = {**python_env(), "BENCH_PW": "repl"}
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    stop = threading.Event()
-    committed = [0]
-    lags: list[float] = []
-
-    def start(name: str, command: list[str]) -> None:
-        with (work / f"{name}.log").open("ab") as log:
-            procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "replicad.cli", *command, "-c", str(config)],
-                cwd=ROOT, env=env, stdout=log, stderr=log,
-            )  # fmt: skip
-
+    config = write_config(work, bootstrap, redis_port)
+    daemons = Daemons(work)
     try:
-        start("replicad", ["run"])
-        start("invalidate", ["invalidate"])
+        daemons.start("replicad", ["run", "-c", str(config)])
+        daemons.start("invalidate", ["invalidate", "-c", str(config)])
         time.sleep(5)
-        threads = [
-            threading.Thread(
-                target=paced_writer, args=(DB, args.rate, stop, committed), daemon=True
-            ),
-            threading.Thread(target=prober, args=(cache, stop, lags), daemon=True),
-        ]
-        for thread in threads:
-            thread.start()
-        time.sleep(10)  # warm-up: topics created, the group formed
-        lags.clear()
-        measured_from = committed[0]
-        time.sleep(args.seconds)
-        stop.set()
-        for thread in threads:
-            thread.join(15)
-        offered = committed[0] - measured_from
-
-        # Throughput: a backlog the invalidator works through from a standing start.
-        stop_process(procs.pop("invalidate"), 30)
-        topic = f"inv.{DB}.load_rows"
-        before = sum(_ends(bootstrap, topic).values())  # one partition: its message count
-        conn = connect(DB)
-        with conn.cursor() as cur:
-            for first in range(0, args.backlog, 10_000):
-                values = ", ".join(f"({first + i}, {i}, 'b')" for i in range(10_000))
-                cur.execute(f"REPLACE INTO load_rows VALUES {values}")
-                conn.commit()
-        conn.close()
-        deadline = time.monotonic() + 300
-        ends = _ends(bootstrap, topic)
-        while sum(ends.values()) < before + args.backlog and time.monotonic() < deadline:
-            time.sleep(1)
-            ends = _ends(bootstrap, topic)
-        start("invalidate", ["invalidate"])
-        total, first = sum(ends.values()), _committed(bootstrap, "bench-invalidate", topic, ends)
-        began, done = None, first
-        while done < total:  # from its first commit on: the group's forming left out
-            time.sleep(0.1)
-            done = _committed(bootstrap, "bench-invalidate", topic, ends)
-            if began is None and done > first:
-                began, first_done = time.perf_counter(), done
-        assert began is not None
-        backlog_s = time.perf_counter() - began
-        backlog_n = total - first_done
+        offered, lags = probe_lags(args, cache)
+        backlog_n, backlog_s = backlog_rate(args, bootstrap, daemons, config)
     finally:
-        stop.set()
-        for proc in procs.values():
-            stop_process(proc, 30)
+        daemons.stop_all(30)
         broker.stop()
-        subprocess.run(["bash", str(SERVICES), "redis-instance", "down", str(work / "redis"),
-                        str(redis_port)], check=False)  # fmt: skip
-    lag = percentiles(lags) or {}
-    print(
-        f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 10 s warm-up "
-        f"({offered} rows committed, {offered / args.seconds:.0f} rows/s reached); "
-        f"{len(lags)} probes; {os.cpu_count()} CPUs"
-    )
-    print(grid(
-        ("measure", "p50 ms", "p90 ms", "p99 ms", "max ms"),
-        [("commit -> Redis key gone (probe)",
-          *(f"{lag.get(k, 0):.1f}" for k in ("p50", "p90", "p99", "max")))],
-    ))  # fmt: skip
-    print(
-        f"backlog of {args.backlog} changes: {backlog_n} UNLINKs (after its first commit) in "
-        f"{backlog_s:.1f} s: {backlog_n / backlog_s:.0f} invalidations/s"
-    )
+        redis_instance("down", work, redis_port, check=False)
+    report(args, offered, lags, backlog_n, backlog_s)
     if os.environ.get("BENCH_KEEP"):
         print(f"kept: {work}")
     else:

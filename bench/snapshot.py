@@ -25,32 +25,21 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, cpu_seconds, grid, python_env, stop_process, vm_kb
+from bench.harness.children import python_env, stop_process
+from bench.harness.mariadb import MARIADB_PORT
+from bench.harness.paths import ROOT
+from bench.harness.procstat import cpu_seconds, vm_kb
+from bench.harness.tables import grid
+from bench.workloads.ten_columns import create_table, insert_rows, recreate_database
 
-PORT = 3306
 DB = "bench_snapshot"
-TABLE_SQL = """CREATE TABLE t (
-    id BIGINT PRIMARY KEY, n INT, s VARCHAR(64), d DECIMAL(12,2), at DATETIME(6),
-    f DOUBLE, tx TEXT, u TINYINT UNSIGNED, day DATE, j JSON)"""
-
-
-def insert_rows(first: int, last: int) -> str:
-    """The INSERT of rows `first`..`last` of the 10-column table (bench/spark.py uses it too)."""
-    return (
-        "INSERT INTO t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
-        "'2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, seq / 3, REPEAT('x', 40), "
-        "seq % 256, '2024-01-01' + INTERVAL (seq % 1000) DAY, "
-        f"CONCAT('{{\"k\": ', seq, '}}') FROM seq_{first}_to_{last}"
-    )
 
 
 def prepare(rows: int) -> None:
-    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
+    conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
     with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"USE {DB}")
-        cur.execute(TABLE_SQL)
+        recreate_database(cur, DB)
+        cur.execute(create_table())
         cur.execute(insert_rows(1, rows))
     conn.commit()
     conn.close()
@@ -59,10 +48,19 @@ def prepare(rows: int) -> None:
 def mariadb_dump() -> dict[str, float]:
     started = time.perf_counter()
     subprocess.run(
-        ["mariadb-dump", "-h127.0.0.1", f"-P{PORT}", "-uroot", "-proot", "--single-transaction",
-         DB, "t"],
-        stdout=subprocess.DEVNULL, check=True,
-    )  # fmt: skip
+        [
+            "mariadb-dump",
+            "-h127.0.0.1",
+            f"-P{MARIADB_PORT}",
+            "-uroot",
+            "-proot",
+            "--single-transaction",
+            DB,
+            "t",
+        ],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     return {"seconds": time.perf_counter() - started}
 
 
@@ -70,7 +68,7 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
     config = workdir / "config.yaml"
     config.write_text(
         "pipeline: bench\n"
-        f"source: {{host: 127.0.0.1, port: {PORT}, user: repl, password_env: BENCH_PW, "
+        f"source: {{host: 127.0.0.1, port: {MARIADB_PORT}, user: repl, password_env: BENCH_PW, "
         "server_id: 7990}\n"
         "sinks: {stdout: {path: /dev/null}}\n"
         f"coordination: {{local: {{path: {workdir / 'position.json'}}}}}\n"
@@ -83,9 +81,11 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "replicad.cli", "run", "-c", str(config)],
-            cwd=ROOT, env={**python_env(), "BENCH_PW": "repl"},
-            stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+            cwd=ROOT,
+            env={**python_env(), "BENCH_PW": "repl"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     done = None
     peak = 0
     cpu = None
@@ -102,8 +102,13 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
         wall = time.perf_counter() - started
     finally:
         stop_process(proc, 30)
-    return {"seconds": done["seconds"], "wall": wall, "rows": done["rows"], "cpu": cpu,
-            "peak_rss_kb": peak}  # fmt: skip
+    return {
+        "seconds": done["seconds"],
+        "wall": wall,
+        "rows": done["rows"],
+        "cpu": cpu,
+        "peak_rss_kb": peak,
+    }
 
 
 def main() -> None:
@@ -118,17 +123,31 @@ def main() -> None:
         dump_again = mariadb_dump()  # before and after: the page cache is warm for both
     best_dump = min(dump["seconds"], dump_again["seconds"])
     rows = args.rows
-    print(grid(
-        ("reader", "seconds", "rows/s", "vs mariadb-dump"),
-        [
-            ("mariadb-dump --single-transaction", f"{best_dump:.2f}", f"{rows / best_dump:,.0f}",
-             "1.00"),
-            ("replicad snapshot (snapshot_done)", f"{ours['seconds']:.2f}",
-             f"{rows / ours['seconds']:,.0f}", f"{best_dump / ours['seconds']:.2f}"),
-            ("replicad, spawn to snapshot_done", f"{ours['wall']:.2f}",
-             f"{rows / ours['wall']:,.0f}", f"{best_dump / ours['wall']:.2f}"),
-        ],
-    ))  # fmt: skip
+    print(
+        grid(
+            ("reader", "seconds", "rows/s", "vs mariadb-dump"),
+            [
+                (
+                    "mariadb-dump --single-transaction",
+                    f"{best_dump:.2f}",
+                    f"{rows / best_dump:,.0f}",
+                    "1.00",
+                ),
+                (
+                    "replicad snapshot (snapshot_done)",
+                    f"{ours['seconds']:.2f}",
+                    f"{rows / ours['seconds']:,.0f}",
+                    f"{best_dump / ours['seconds']:.2f}",
+                ),
+                (
+                    "replicad, spawn to snapshot_done",
+                    f"{ours['wall']:.2f}",
+                    f"{rows / ours['wall']:,.0f}",
+                    f"{best_dump / ours['wall']:.2f}",
+                ),
+            ],
+        )
+    )
     print(
         f"\nreplicad: {ours['rows']} reads, CPU {ours['cpu']:.2f} s, peak RSS "
         f"{ours['peak_rss_kb'] / 1024:.0f} MiB, chunks of {args.chunk_rows} rows; "

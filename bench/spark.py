@@ -31,20 +31,21 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, grid, python_env
-from bench.snapshot import PORT, TABLE_SQL, insert_rows
+from bench.harness.children import python_env
+from bench.harness.mariadb import MARIADB_PORT
+from bench.harness.paths import ROOT
+from bench.harness.tables import grid
+from bench.workloads.ten_columns import create_table, insert_rows, recreate_database
 
 DB = "bench_spark"
 
 
 def prepare(rows: int, files: int, into: Path) -> list[Path]:
     """The binlog files holding exactly the inserts, copied into `into`."""
-    conn = pymysql.connect(host="127.0.0.1", port=PORT, user="root", password="root")
+    conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
     with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"USE {DB}")
-        cur.execute(TABLE_SQL)
+        recreate_database(cur, DB)
+        cur.execute(create_table())
         cur.execute("SELECT @@log_bin_basename")
         basename = Path(cur.fetchone()[0])
         names = []
@@ -72,8 +73,11 @@ def replicad_dump(files: list[Path]) -> float:
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "replicad.cli", "dump", *map(str, files)],
-        stdout=subprocess.DEVNULL, check=True, cwd=ROOT, env=python_env(),
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        check=True,
+        cwd=ROOT,
+        env=python_env(),
+    )
     return time.perf_counter() - started
 
 
@@ -98,9 +102,11 @@ def spark_child(master: str, directory: str) -> dict[str, float | int]:
 def spark_run(master: str, directory: Path) -> dict[str, float | int]:
     result = subprocess.run(
         [sys.executable, __file__, "--child", master, "--dir", str(directory)],
-        capture_output=True, check=True, cwd=ROOT,
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
         env={**python_env(), "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
+    )
     return json.loads(result.stdout.decode().strip().splitlines()[-1])
 
 
@@ -118,8 +124,11 @@ def main() -> None:
         directory = Path(tmp) / "binlogs"
         files = prepare(args.rows, args.files, directory)
         size = sum(f.stat().st_size for f in files)
-        print(f"{args.rows} rows in {len(files)} binlog files, {size / 2**20:.1f} MiB; "
-              f"{os.cpu_count()} CPUs", flush=True)  # fmt: skip
+        print(
+            f"{args.rows} rows in {len(files)} binlog files, {size / 2**20:.1f} MiB; "
+            f"{os.cpu_count()} CPUs",
+            flush=True,
+        )
         dump_s = replicad_dump(files)
         results: list[tuple[str, float, int, float | None, float | None]] = [
             ("replicad dump (1 process)", dump_s, args.rows, None, None)
@@ -127,17 +136,32 @@ def main() -> None:
         for master in ("local[1]", "local[2]"):
             run = spark_run(master, directory)
             assert run["rows"] == args.rows, run
-            results.append((
-                f"replicad-binlog, Spark {master}", float(run["seconds"]), int(run["rows"]),
-                float(run["cold_s"]), float(run["startup_s"]),
-            ))  # fmt: skip
+            results.append(
+                (
+                    f"replicad-binlog, Spark {master}",
+                    float(run["seconds"]),
+                    int(run["rows"]),
+                    float(run["cold_s"]),
+                    float(run["startup_s"]),
+                )
+            )
     rows = [
-        (name, f"{seconds:.2f}", f"{count / seconds:,.0f}", f"{dump_s / seconds:.2f}x",
-         "" if cold is None else f"{cold:.2f}", "" if startup is None else f"{startup:.1f}")
+        (
+            name,
+            f"{seconds:.2f}",
+            f"{count / seconds:,.0f}",
+            f"{dump_s / seconds:.2f}x",
+            "" if cold is None else f"{cold:.2f}",
+            "" if startup is None else f"{startup:.1f}",
+        )
         for name, seconds, count, cold, startup in results
-    ]  # fmt: skip
-    print(grid(("reader", "seconds (warm)", "rows/s", "vs dump", "first run s",
-                "session start s"), rows))  # fmt: skip
+    ]
+    print(
+        grid(
+            ("reader", "seconds (warm)", "rows/s", "vs dump", "first run s", "session start s"),
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 table, at an offered load, in one run on this machine.
 
 Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
-(bench/common.py's PrivateKafka, as `bench/e2e.py --private-kafka`), `replicad run` publishing
-to it, and `replicad spark materialize` (local[2], `spark.trigger_s` 1) keeping two lake
-tables: `load`, written at `--rate` rows/s (transactions of 100 rows), and `probe`, one row
-updated every 0.25 s with its commit time (UTC, to the microsecond). This process reads the
-probe table's current Parquet files (its manifest, with pyarrow: no Spark session here) every
-50 ms; each probe value's lag is the time it was first seen minus the time it was committed.
-The job's own batch durations come from its log.
+(bench/harness/kafka_broker.py's PrivateKafka, as `bench/e2e.py --private-kafka`), `replicad
+run` publishing to it, and `replicad spark materialize` (local[2], `spark.trigger_s` 1) keeping
+two lake tables: `load`, written at `--rate` rows/s (transactions of 100 rows), and `probe`,
+one row updated every 0.25 s with its commit time (UTC, to the microsecond). This process reads
+the probe table's current Parquet files (its manifest, with pyarrow: no Spark session here)
+every 50 ms; each probe value's lag is the time it was first seen minus the time it was
+committed. The job's own batch durations come from its log.
 
     python3 bench/spark_lag.py [--rate 5000] [--seconds 60]
 """
@@ -20,7 +20,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,18 +30,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    MARIADB_PORT,
-    ROOT,
-    PrivateKafka,
-    connect,
-    grid,
-    paced_writer,
-    prepare_load_database,
-    python_env,
-    stop_process,
-)
-from bench.e2e import percentiles
+from bench.harness.daemons import Daemons, config_head, start_load
+from bench.harness.kafka_broker import PrivateKafka
+from bench.harness.mariadb import connect, prepare_load_database
+from bench.harness.tables import grid, percentiles
 
 DB = "bench_spark_lag"
 
@@ -75,51 +66,26 @@ def seen_probe(lake: Path) -> str | None:
     return None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=int, default=5000)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-lag-"))
-    broker = PrivateKafka(work / "kafka")
-    bootstrap = broker.start()
-    prepare_load_database(DB, "id INT PRIMARY KEY, at DATETIME(6)", "1, UTC_TIMESTAMP(6)")
+def write_config(work: Path, bootstrap: str) -> Path:
     config = work / "config.yaml"
     config.write_text(
-        "pipeline: lag\n"
-        f"source: {{host: 127.0.0.1, port: {MARIADB_PORT}, user: repl, password_env: BENCH_PW, "
-        "server_id: 7995, start: latest}\n"
-        f"sinks: {{kafka: {{bootstrap_servers: '{bootstrap}', prefix: lag}}}}\n"
-        f"coordination: {{local: {{path: {work / 'position.json'}}}}}\n"
-        f"filters: {{include: ['{DB}\\..*']}}\n"
-        f"spark: {{lake_path: {work / 'lake'}, checkpoint_path: {work / 'ckpt'}, "
+        config_head("lag", 7995, bootstrap, work, DB)
+        + f"spark: {{lake_path: {work / 'lake'}, checkpoint_path: {work / 'ckpt'}, "
         "trigger_s: 1.0, discover_s: 2.0, buckets: 16}\n"
         "log: {format: json, level: info}\n"
     )
-    env = {**python_env(), "BENCH_PW": "repl", "PYSPARK_PYTHON": sys.executable}
-    procs = []
+    return config
+
+
+def probe_lags(args: argparse.Namespace, lake: Path) -> tuple[int, list[float]]:
+    """The load at --rate and the probe, watched in the lake for --seconds after a 30 s
+    warm-up: the rows committed, and each new probe value's commit -> seen (s)."""
     stop = threading.Event()
     committed = [0]
     probes: dict[str, float] = {}
     lags: list[float] = []
+    threads = start_load(DB, args.rate, stop, committed, prober, (stop, probes))
     try:
-        for name, cmd in (
-            ("replicad", ["run", "-c", str(config)]),
-            ("spark", ["spark", "materialize", "-c", str(config), "--master", "local[2]"]),
-        ):
-            with (work / f"{name}.log").open("ab") as log:
-                command = [sys.executable, "-m", "replicad.cli", *cmd]
-                procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log))
-        time.sleep(3)
-        threads = [
-            threading.Thread(
-                target=paced_writer, args=(DB, args.rate, stop, committed), daemon=True
-            ),
-            threading.Thread(target=prober, args=(stop, probes), daemon=True),
-        ]
-        for thread in threads:
-            thread.start()
-        lake = work / "lake" / DB / "probe"
         warmup_until = time.time() + 30  # the job's start-up and first batches
         end = warmup_until + args.seconds
         last = None
@@ -131,16 +97,17 @@ def main() -> None:
                 if committed_at is not None and time.time() > warmup_until:
                     lags.append(time.time() - committed_at)
             time.sleep(0.05)
-        stop.set()
-        for thread in threads:
-            thread.join(10)
     finally:
-        for proc in procs:
-            stop_process(proc, 60)
-        broker.stop()
+        stop.set()
+    for thread in threads:
+        thread.join(10)
+    return committed[0], lags
+
+
+def report(args: argparse.Namespace, committed: int, lags: list[float], spark_log: Path) -> None:
     batches = [
         json.loads(line)
-        for line in (work / "spark.log").read_text(errors="replace").splitlines()
+        for line in spark_log.read_text(errors="replace").splitlines()
         if '"lake_batch_applied"' in line
     ]
     seconds = [b["seconds"] for b in batches if b.get("table", "").endswith(".load_rows")]
@@ -148,15 +115,45 @@ def main() -> None:
     batch = percentiles(seconds) or {}
     print(
         f"offered {args.rate} rows/s for {args.seconds:.0f} s after a 30 s warm-up; "
-        f"{committed[0]} rows committed; {len(lags)} probe values seen; {os.cpu_count()} CPUs"
+        f"{committed} rows committed; {len(lags)} probe values seen; {os.cpu_count()} CPUs"
     )
-    print(grid(
-        ("measure", "p50 s", "p90 s", "p99 s", "max s"),
-        [("commit -> visible in the lake (probe)", *(f"{lag.get(k, 0) / 1000:.2f}" for k in
-          ("p50", "p90", "p99", "max"))),
-         ("micro-batch apply, load_rows", *(f"{batch.get(k, 0) / 1000:.2f}" for k in
-          ("p50", "p90", "p99", "max")))],
-    ))  # fmt: skip
+    print(
+        grid(
+            ("measure", "p50 s", "p90 s", "p99 s", "max s"),
+            [
+                (
+                    "commit -> visible in the lake (probe)",
+                    *(f"{lag.get(k, 0) / 1000:.2f}" for k in ("p50", "p90", "p99", "max")),
+                ),
+                (
+                    "micro-batch apply, load_rows",
+                    *(f"{batch.get(k, 0) / 1000:.2f}" for k in ("p50", "p90", "p99", "max")),
+                ),
+            ],
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-lag-"))
+    broker = PrivateKafka(work / "kafka")
+    bootstrap = broker.start()
+    prepare_load_database(DB, "id INT PRIMARY KEY, at DATETIME(6)", "1, UTC_TIMESTAMP(6)")
+    config = write_config(work, bootstrap)
+    daemons = Daemons(work, {"PYSPARK_PYTHON": sys.executable})
+    try:
+        daemons.start("replicad", ["run", "-c", str(config)])
+        daemons.start("spark", ["spark", "materialize", "-c", str(config), "--master", "local[2]"])
+        time.sleep(3)
+        committed, lags = probe_lags(args, work / "lake" / DB / "probe")
+    finally:
+        daemons.stop_all(60)
+        broker.stop()
+    report(args, committed, lags, work / "spark.log")
     shutil.rmtree(work, ignore_errors=True)
 
 

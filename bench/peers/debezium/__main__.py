@@ -44,8 +44,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--password", default="root")
     up.add_argument("--schemas", action="store_true", help="JsonConverter schemas.enable=true")
     up.add_argument("--snapshot-mode", default="initial")
-    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a further connector property (repeatable)")  # fmt: skip
+    up.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further connector property (repeatable)",
+    )
     up.add_argument("--dir", type=Path, default=Path(".services/debezium-run"))
     up.add_argument("--timeout", type=float, default=180)
     down = sub.add_parser("down", help="stop the Connect that `up` started in --dir")

@@ -1,0 +1,1 @@
+"""The benchmarks' timed phases and the measured child processes they start."""

@@ -1,0 +1,1 @@
+"""The benchmarks' result tables, summary lines and verdicts."""
