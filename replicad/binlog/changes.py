@@ -133,9 +133,15 @@ class EventRows:
 
     def changes(self) -> Iterator[RowChange]:
         return changes_of(
-            self.event, self.file, self.gtid, self.numbering, self.table, self.thread,
-            self.query, self.commit_us,
-        )  # fmt: skip
+            self.event,
+            self.file,
+            self.gtid,
+            self.numbering,
+            self.table,
+            self.thread,
+            self.query,
+            self.commit_us,
+        )
 
 
 def iter_changes(
@@ -177,9 +183,15 @@ def iter_changes_by_event(
     for event in events:
         if isinstance(event, RowsEvent):
             yield EventRows(
-                event, current_file, gtid, numbering, None, statement.thread, statement.query,
+                event,
+                current_file,
+                gtid,
+                numbering,
+                None,
+                statement.thread,
+                statement.query,
                 statement.commit_us,
-            )  # fmt: skip
+            )
             continue
         statement.see(event)
         if isinstance(event, (GtidEvent, MariaGtidEvent)):

@@ -19,12 +19,25 @@ from replicad.binlog.charsets import BINARY_COLLATION, charset_of
 from replicad.binlog.rows import Column, TableMapEvent
 from replicad.binlog.values import ColumnType as T
 
-_INTEGERS = {T.TINY: "tinyint", T.SHORT: "smallint", T.INT24: "mediumint", T.LONG: "int",
-             T.LONGLONG: "bigint"}  # fmt: skip
+_INTEGERS = {
+    T.TINY: "tinyint",
+    T.SHORT: "smallint",
+    T.INT24: "mediumint",
+    T.LONG: "int",
+    T.LONGLONG: "bigint",
+}
 _BLOB_SIZES = {1: "tiny", 2: "", 3: "medium", 4: "long"}  # length bytes -> TINY/-/MEDIUM/LONG
-_TEMPORAL = {T.DATE: "date", T.NEWDATE: "date", T.TIME: "time", T.TIME2: "time",
-             T.DATETIME: "datetime", T.DATETIME2: "datetime", T.TIMESTAMP: "timestamp",
-             T.TIMESTAMP2: "timestamp", T.YEAR: "year"}  # fmt: skip
+_TEMPORAL = {
+    T.DATE: "date",
+    T.NEWDATE: "date",
+    T.TIME: "time",
+    T.TIME2: "time",
+    T.DATETIME: "datetime",
+    T.DATETIME2: "datetime",
+    T.TIMESTAMP: "timestamp",
+    T.TIMESTAMP2: "timestamp",
+    T.YEAR: "year",
+}
 _FRACTIONAL = frozenset({T.TIME2, T.DATETIME2, T.TIMESTAMP2})
 
 
@@ -43,8 +56,14 @@ class SqlType:
     @property
     def binary(self) -> bool:
         """Values are bytes: BINARY/VARBINARY/BLOB types (and GEOMETRY's WKB)."""
-        return self.data_type in ("binary", "varbinary", "tinyblob", "blob", "mediumblob",
-                                  "longblob")  # fmt: skip
+        return self.data_type in (
+            "binary",
+            "varbinary",
+            "tinyblob",
+            "blob",
+            "mediumblob",
+            "longblob",
+        )
 
     def sql(self) -> str:
         """The type as DDL would write it: `decimal(10,2) unsigned`, `datetime(6)`,
@@ -190,11 +209,21 @@ def describe(table_map: TableMapEvent) -> TableDescription:
         table_map.mariadb,
         table_map.primary_key,
         tuple(
-            (c.name, c.type_code, c.meta, c.collation, c.unsigned, c.nullable, c.max_length,
-             _members(c.enum_values), _members(c.set_values), c.vector_dimensions)
+            (
+                c.name,
+                c.type_code,
+                c.meta,
+                c.collation,
+                c.unsigned,
+                c.nullable,
+                c.max_length,
+                _members(c.enum_values),
+                _members(c.set_values),
+                c.vector_dimensions,
+            )
             for c in columns
         ),
-    )  # fmt: skip
+    )
     found = _DESCRIPTIONS.get(key)
     if found is not None:
         return found

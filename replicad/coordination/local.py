@@ -73,8 +73,11 @@ class LocalPositionStore:
             ) from None
 
     def save(self, position: Position) -> None:
-        record = {"version": FORMAT_VERSION, "pipeline": self.pipeline,
-                  "position": position.to_json()}  # fmt: skip
+        record = {
+            "version": FORMAT_VERSION,
+            "pipeline": self.pipeline,
+            "position": position.to_json(),
+        }
         data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
         try:
             write_atomically(self.path, data)

@@ -87,8 +87,14 @@ class LocalRequests:
 
     def complete(self, request_id: str, state: str, result: dict[str, Any]) -> None:
         done = self.done()
-        done.append({"id": request_id, "state": state, "result": result,
-                     "completed_ms": int(time.time() * 1000)})  # fmt: skip
+        done.append(
+            {
+                "id": request_id,
+                "state": state,
+                "result": result,
+                "completed_ms": int(time.time() * 1000),
+            }
+        )
         try:
             write_atomically(self.dir / "done.json", json.dumps(done[-self.KEEP_DONE :]).encode())
             (self.dir / f"{request_id}.json").unlink(missing_ok=True)

@@ -94,5 +94,6 @@ class _Collector(Collector):
             value=len(inv.pending),
         )
         ready, _ = self.telemetry.ready()
-        yield GaugeMetricFamily("replicad_invalidate_ready", "1 when /readyz answers 200",
-                                value=int(ready))  # fmt: skip
+        yield GaugeMetricFamily(
+            "replicad_invalidate_ready", "1 when /readyz answers 200", value=int(ready)
+        )

@@ -65,13 +65,20 @@ def redis_client(config: RedisConfig) -> Any:
         for node in config.sentinel.nodes:
             host, _, port = node.rpartition(":")
             if not host or not port.isdigit():
-                raise ConfigError("a sentinel node is host:port", key="invalidate.redis.sentinel",
-                                  value=node)  # fmt: skip
+                raise ConfigError(
+                    "a sentinel node is host:port", key="invalidate.redis.sentinel", value=node
+                )
             nodes.append((host, int(port)))
         sentinel_password = config.sentinel.resolve_password() or None
-        sentinel = Sentinel(nodes, sentinel_kwargs={"password": sentinel_password,
-                            "socket_timeout": config.timeout_s,
-                            "socket_connect_timeout": config.timeout_s}, **common)  # fmt: skip
+        sentinel = Sentinel(
+            nodes,
+            sentinel_kwargs={
+                "password": sentinel_password,
+                "socket_timeout": config.timeout_s,
+                "socket_connect_timeout": config.timeout_s,
+            },
+            **common,
+        )
         return sentinel.master_for(config.sentinel.master)
     try:
         if config.cluster:
@@ -114,8 +121,10 @@ def _where(config: RedisConfig) -> dict[str, object]:
     """What an error names: the URL (without its password), or with Sentinel the master's
     name and the sentinels (the URL is not used then)."""
     if config.sentinel is not None:
-        return {"sentinel_master": config.sentinel.master,
-                "sentinels": ",".join(config.sentinel.nodes)}  # fmt: skip
+        return {
+            "sentinel_master": config.sentinel.master,
+            "sentinels": ",".join(config.sentinel.nodes),
+        }
     return {"url": _safe(config.url)}
 
 

@@ -143,8 +143,12 @@ class Invalidator:
         subscriptions = [self.topics] + ([self.schema_topic] if self.schema_topic else [])
         consumer.subscribe(subscriptions, on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.subscribed = True
-        log.info("invalidate_started", group=self.consumer_settings["group.id"],
-                 topics=subscriptions, rules=len(self.rules.rules))  # fmt: skip
+        log.info(
+            "invalidate_started",
+            group=self.consumer_settings["group.id"],
+            topics=subscriptions,
+            rules=len(self.rules.rules),
+        )
         try:
             while not self.stopping.is_set():
                 self.telemetry.loop_tick = time.monotonic()
@@ -197,14 +201,18 @@ class Invalidator:
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.assigned.update((tp.topic, tp.partition) for tp in partitions)
         # Which instance of the group holds what: operators (and the tests) read it here.
-        log.info("invalidate_assigned",
-                 partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))  # fmt: skip
+        log.info(
+            "invalidate_assigned",
+            partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions),
+        )
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Whatever is held is for partitions that may have moved: their new owner re-reads
         # from the last commit.
-        log.info("invalidate_revoked",
-                 partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))  # fmt: skip
+        log.info(
+            "invalidate_revoked",
+            partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions),
+        )
         self.assigned.difference_update((tp.topic, tp.partition) for tp in partitions)
         self._revoked = True
         if self._pending:
@@ -254,9 +262,11 @@ class Invalidator:
                     oldest = committed
             except (ValueError, KeyError, TypeError) as exc:
                 raise MessageError(
-                    f"not a change message: {exc}", topic=topic, partition=partition,
+                    f"not a change message: {exc}",
+                    topic=topic,
+                    partition=partition,
                     offset=offset,
-                ) from None  # fmt: skip
+                ) from None
             except ConfigError as exc:  # a template the table's rows cannot fill
                 exc.with_context(topic=topic, partition=partition, offset=offset)
                 raise
@@ -311,8 +321,13 @@ class Invalidator:
             self.counters.notices += sum(len(k) for k in batch.plan.notices.values())
             self.counters.table_wide += len(batch.plan.table_wide)
             for event in batch.plan.table_wide:
-                log.info("invalidate_table_wide", action=event.action, target=event.target,
-                         table=f"{event.db}.{event.table}", reason=event.reason)  # fmt: skip
+                log.info(
+                    "invalidate_table_wide",
+                    action=event.action,
+                    target=event.target,
+                    table=f"{event.db}.{event.table}",
+                    reason=event.reason,
+                )
         redelete = self.settings.redelete_after_ms
         if deletes_only or not redelete or not batch.plan.delete:
             if not deletes_only and self._pending:
@@ -352,10 +367,16 @@ class Invalidator:
 
     def _figures(self) -> dict[str, int]:
         c = self.counters
-        return {"messages": c.messages, "changes": c.changes, "keys_deleted": c.keys_deleted,
-                "notices": c.notices, "table_wide": c.table_wide, "batches": c.batches,
-                "redis_errors": c.redis_errors,
-                "rebalanced_batches": c.rebalanced_batches}  # fmt: skip
+        return {
+            "messages": c.messages,
+            "changes": c.changes,
+            "keys_deleted": c.keys_deleted,
+            "notices": c.notices,
+            "table_wide": c.table_wide,
+            "batches": c.batches,
+            "redis_errors": c.redis_errors,
+            "rebalanced_batches": c.rebalanced_batches,
+        }
 
     def _report(self) -> None:
         if time.monotonic() - self._reported >= PROGRESS_LOG_S:
@@ -384,8 +405,12 @@ def run_invalidator(config: Config) -> int:
         signal.signal(signal.SIGINT, stop)
         listen = config.invalidate.metrics_listen
         if listen is not None:
-            endpoints = Endpoints(invalidator.telemetry, listen, config.metrics.loop_stall_s,
-                                  key="invalidate.metrics_listen")  # fmt: skip
+            endpoints = Endpoints(
+                invalidator.telemetry,
+                listen,
+                config.metrics.loop_stall_s,
+                key="invalidate.metrics_listen",
+            )
             endpoints.start()
         invalidator.run()
         return EXIT_OK

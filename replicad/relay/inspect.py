@@ -239,19 +239,24 @@ def _verify(
         report.damage(name, f"its header says segment {header.number}", 0)
     if header.start != info.start:
         report.damage(
-            name, f"its header starts at {_text(header.start)}, the MANIFEST says "
-            f"{_text(info.start)}", 0,
-        )  # fmt: skip
+            name,
+            f"its header starts at {_text(header.start)}, the MANIFEST says {_text(info.start)}",
+            0,
+        )
     footer = scan.footer
     if footer is None and info.sealed and not current:
         report.damage(name, "a sealed segment without a footer", scan.end)
     if footer is not None:
         if current and not info.sealed:
             report.note(name, "sealed on disk, not yet in the MANIFEST (the writer records it)")
-        held = (scan.transactions, scan.events, _pos(scan.first), _pos(scan.last),
-                scan.max_commit_ts)  # fmt: skip
-        said = (footer.transactions, footer.events, footer.first, footer.last,
-                footer.max_commit_ts)  # fmt: skip
+        held = (
+            scan.transactions,
+            scan.events,
+            _pos(scan.first),
+            _pos(scan.last),
+            scan.max_commit_ts,
+        )
+        said = (footer.transactions, footer.events, footer.first, footer.last, footer.max_commit_ts)
         if held != said:
             report.damage(
                 name,
@@ -261,8 +266,11 @@ def _verify(
             )
         if info.sealed:
             manifest_said = (info.transactions, info.first, info.last, info.max_commit_ts)
-            if manifest_said != (footer.transactions, footer.first, footer.last,
-                                 footer.max_commit_ts) or info.size != scan.end:  # fmt: skip
+            if (
+                manifest_said
+                != (footer.transactions, footer.first, footer.last, footer.max_commit_ts)
+                or info.size != scan.end
+            ):
                 report.warn(
                     name,
                     "the MANIFEST's summary of this sealed segment is stale (MANIFEST: "

@@ -562,8 +562,9 @@ class RelayWriter:
             current.transactions = self._stats.transactions
         number = (current.number if current else 0) + 1
         fde, checksums = self._format
-        header = SegmentHeader(number, int(time.time() * 1000), self.source, checksums,
-                               self._last, fde)  # fmt: skip
+        header = SegmentHeader(
+            number, int(time.time() * 1000), self.source, checksums, self._last, fde
+        )
         name = segment_name(number)
         path = self.directory / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

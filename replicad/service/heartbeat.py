@@ -58,8 +58,13 @@ async def heartbeat_writes(
                 telemetry.heartbeats.labels(name, "failed").inc()
                 telemetry.errors.labels(name, "heartbeat_write").inc()
                 if not failing:  # once per outage, not every interval
-                    log.warning("heartbeat_write_failed", pipeline=name, error=str(exc),
-                                kind=type(exc).__name__, query=query)  # fmt: skip
+                    log.warning(
+                        "heartbeat_write_failed",
+                        pipeline=name,
+                        error=str(exc),
+                        kind=type(exc).__name__,
+                        query=query,
+                    )
                     failing = True
                 if conn is not None:
                     with contextlib.suppress(Exception):

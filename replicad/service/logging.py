@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 LIBRDKAFKA_REPEAT_S = 30.0
 _librdkafka_lines = EveryInterval(LIBRDKAFKA_REPEAT_S)
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}  # fmt: skip
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def configure_logging_on_first_use(fmt: str = "console", level: str = "info") -> None:

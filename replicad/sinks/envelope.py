@@ -161,8 +161,11 @@ def image_notes(change: RowChange, before: Row, after: Row) -> dict[str, Any]:
     NULL; in `exact` mode, where both are written null); `json_diffs`, a JSON column's
     changes without its base document. Empty for a full image without JSON nulls: those
     messages are as they always were."""
-    images = [(k, row, absent) for k, row, absent in zip(_IMAGES, (before, after),
-              change.absent, strict=True) if row is not None]  # fmt: skip
+    images = [
+        (k, row, absent)
+        for k, row, absent in zip(_IMAGES, (before, after), change.absent, strict=True)
+        if row is not None
+    ]
     notes: dict[str, Any] = {}
     if any(absent for _, _, absent in images):
         notes["absent"] = {k: list(absent) for k, _, absent in images}
@@ -318,30 +321,33 @@ class EnvelopeWriter:
         if json_columns:
             before, after = _row(before, json_columns), _row(after, json_columns)
         ts_us = change.ts_ms * 1000 if change.ts_us is None else change.ts_us
-        body = b'{"before":%b,"after":%b%b%d,"ts_us":%d,"ts_ns":%d%b%b,"file":%b,"pos":%b,' \
-            b'"row":%d,"thread":%b,"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,' \
-            b'"ts_us":%d,"ts_ns":%d,"transaction":%b%b}' % (
-            _dumps_row(before),
-            _dumps_row(after),
-            parts[0],
-            change.ts_ms,
-            ts_us,
-            ts_us * 1000,
-            parts[1],
-            self._gtid[1],
-            self._text[1],
-            b"null" if change.pos is None else b"%d" % change.pos,
-            change.row,
-            b"null" if change.thread is None else b"%d" % change.thread,
-            self._query[1],
-            self._version[1],
-            op.encode(),
-            ts_ms,
-            ts_ms * 1000,
-            ts_ms * 1_000_000,
-            b"null" if transaction is None else dumps(transaction),
-            notes,
-        )  # fmt: skip
+        body = (
+            b'{"before":%b,"after":%b%b%d,"ts_us":%d,"ts_ns":%d%b%b,"file":%b,"pos":%b,'
+            b'"row":%d,"thread":%b,"query":%b,"schema_version":%b},"op":"%b","ts_ms":%d,'
+            b'"ts_us":%d,"ts_ns":%d,"transaction":%b%b}'
+            % (
+                _dumps_row(before),
+                _dumps_row(after),
+                parts[0],
+                change.ts_ms,
+                ts_us,
+                ts_us * 1000,
+                parts[1],
+                self._gtid[1],
+                self._text[1],
+                b"null" if change.pos is None else b"%d" % change.pos,
+                change.row,
+                b"null" if change.thread is None else b"%d" % change.thread,
+                self._query[1],
+                self._version[1],
+                op.encode(),
+                ts_ms,
+                ts_ms * 1000,
+                ts_ms * 1_000_000,
+                b"null" if transaction is None else dumps(transaction),
+                notes,
+            )
+        )
         if self.connect is None:
             return body
         return self.connect.wrap_value(body, change.db, change.table, self.name, schema)

@@ -58,9 +58,9 @@ class ValueMode:
             return change
         read = change.op == "r"
         last = self._last
-        encoders = last[2] if schema is last[0] and read is last[1] else self._encoders_of(
-            schema, read
-        )  # fmt: skip
+        encoders = (
+            last[2] if schema is last[0] and read is last[1] else self._encoders_of(schema, read)
+        )
         commit_us = change.commit_us
         return dataclasses.replace(
             change,
@@ -99,13 +99,25 @@ def _encode(row: dict[str, Any] | None, encoders: Encoders) -> dict[str, Any] | 
 
 # Debezium 3's MySQL `source` block schema, with replicad's fields after its own.
 _SOURCE_FIELDS = [
-    ("version", "string", False), ("connector", "string", False), ("name", "string", False),
-    ("ts_ms", "int64", False), ("ts_us", "int64", True), ("ts_ns", "int64", True),
-    ("snapshot", "string", True), ("db", "string", False), ("sequence", "string", True),
-    ("table", "string", True), ("server_id", "int64", False), ("gtid", "string", True),
-    ("file", "string", True), ("pos", "int64", True), ("row", "int32", False),
-    ("thread", "int64", True), ("query", "string", True), ("schema_version", "string", True),
-]  # fmt: skip
+    ("version", "string", False),
+    ("connector", "string", False),
+    ("name", "string", False),
+    ("ts_ms", "int64", False),
+    ("ts_us", "int64", True),
+    ("ts_ns", "int64", True),
+    ("snapshot", "string", True),
+    ("db", "string", False),
+    ("sequence", "string", True),
+    ("table", "string", True),
+    ("server_id", "int64", False),
+    ("gtid", "string", True),
+    ("file", "string", True),
+    ("pos", "int64", True),
+    ("row", "int32", False),
+    ("thread", "int64", True),
+    ("query", "string", True),
+    ("schema_version", "string", True),
+]
 _TRANSACTION = {
     "type": "struct",
     "fields": [
@@ -131,8 +143,9 @@ class ConnectSchemas:
         # fields, as Debezium's op "t" message has its table's envelope schema.
         self._latest: dict[tuple[str, str], TableDescription] = {}
 
-    def wrap_value(self, body: bytes, db: str, table: str, name: str,
-                   schema: TableDescription | None) -> bytes:  # fmt: skip
+    def wrap_value(
+        self, body: bytes, db: str, table: str, name: str, schema: TableDescription | None
+    ) -> bytes:
         if schema is None:
             schema = self._latest.get((db, table))
         else:
@@ -143,8 +156,15 @@ class ConnectSchemas:
             rendered = self._values[key] = orjson.dumps(self._envelope(db, table, name, schema))
         return b'{"schema":%b,"payload":%b}' % (rendered, body)
 
-    def wrap_key(self, body: bytes, key: dict[str, Any], db: str, table: str, name: str,
-                 schema: TableDescription | None) -> bytes:  # fmt: skip
+    def wrap_key(
+        self,
+        body: bytes,
+        key: dict[str, Any],
+        db: str,
+        table: str,
+        name: str,
+        schema: TableDescription | None,
+    ) -> bytes:
         names = tuple(key)
         cache = (db, table, None if schema is None else schema.version, names)
         rendered = self._keys.get(cache)
@@ -156,13 +176,18 @@ class ConnectSchemas:
                 else {"type": "string", "optional": False, "field": n}
                 for n in names
             ]
-            struct = {"type": "struct", "fields": fields, "optional": False,
-                      "name": f"{name}.{db}.{table}.Key"}  # fmt: skip
+            struct = {
+                "type": "struct",
+                "fields": fields,
+                "optional": False,
+                "name": f"{name}.{db}.{table}.Key",
+            }
             rendered = self._keys[cache] = orjson.dumps(struct)
         return b'{"schema":%b,"payload":%b}' % (rendered, body)
 
-    def _envelope(self, db: str, table: str, name: str,
-                  schema: TableDescription | None) -> dict[str, Any]:  # fmt: skip
+    def _envelope(
+        self, db: str, table: str, name: str, schema: TableDescription | None
+    ) -> dict[str, Any]:
         row_fields = (
             []
             if schema is None
@@ -170,8 +195,13 @@ class ConnectSchemas:
         )
 
         def row(field: str) -> dict[str, Any]:
-            return {"type": "struct", "fields": row_fields, "optional": True,
-                    "name": f"{name}.{db}.{table}.Value", "field": field}  # fmt: skip
+            return {
+                "type": "struct",
+                "fields": row_fields,
+                "optional": True,
+                "name": f"{name}.{db}.{table}.Value",
+                "field": field,
+            }
 
         source = {
             "type": "struct",

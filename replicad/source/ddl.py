@@ -96,8 +96,16 @@ _LEXERS = {
     )
     for escapes, strings in _STRINGS.items()
 }
-_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "%": "\\%",
-            "_": "\\_"}  # fmt: skip
+_ESCAPES = {
+    "0": "\0",
+    "b": "\b",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "Z": "\x1a",
+    "%": "\\%",
+    "_": "\\_",
+}
 _HEAD = re.compile(rf"(?:{_SKIP}|/\*M?!\d*)*([A-Za-z]+)")
 _DDL_VERBS = frozenset({"CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE"})
 
@@ -121,9 +129,11 @@ def _lex(sql: str, escapes: bool = True) -> list[Tok]:
             text = m["string"]
             quote, body = text[0], text[1:-1]
             if escapes:
-                body = re.sub(rf"\\([\s\S])|{quote}{quote}",
-                              lambda x, q=quote: q if x[1] is None else _ESCAPES.get(x[1], x[1]),
-                              body)  # fmt: skip
+                body = re.sub(
+                    rf"\\([\s\S])|{quote}{quote}",
+                    lambda x, q=quote: q if x[1] is None else _ESCAPES.get(x[1], x[1]),
+                    body,
+                )
             else:
                 body = body.replace(quote * 2, quote)
             out.append(("s", body))
@@ -208,15 +218,33 @@ def _split(items: list[Tok]) -> list[list[Tok]]:
 # ------------------------------------------------------------------- column definitions
 
 _SYNONYMS = {
-    "integer": "int", "int1": "tinyint", "int2": "smallint", "int3": "mediumint",
-    "int4": "int", "int8": "bigint", "middleint": "mediumint", "bool": "tinyint",
-    "boolean": "tinyint", "dec": "decimal", "numeric": "decimal", "fixed": "decimal",
-    "number": "decimal", "real": "double", "float4": "float", "float8": "double",
-    "character": "char", "nchar": "char", "nvarchar": "varchar", "varchar2": "varchar",
-    "serial": "bigint", "long": "mediumtext", "geomcollection": "geometrycollection",
-}  # fmt: skip
-_INDEX_WORDS = frozenset({"PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL",
-                          "CONSTRAINT", "FOREIGN", "CHECK"})  # fmt: skip
+    "integer": "int",
+    "int1": "tinyint",
+    "int2": "smallint",
+    "int3": "mediumint",
+    "int4": "int",
+    "int8": "bigint",
+    "middleint": "mediumint",
+    "bool": "tinyint",
+    "boolean": "tinyint",
+    "dec": "decimal",
+    "numeric": "decimal",
+    "fixed": "decimal",
+    "number": "decimal",
+    "real": "double",
+    "float4": "float",
+    "float8": "double",
+    "character": "char",
+    "nchar": "char",
+    "nvarchar": "varchar",
+    "varchar2": "varchar",
+    "serial": "bigint",
+    "long": "mediumtext",
+    "geomcollection": "geometrycollection",
+}
+_INDEX_WORDS = frozenset(
+    {"PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "CONSTRAINT", "FOREIGN", "CHECK"}
+)
 
 
 @dataclass(slots=True)
@@ -449,7 +477,8 @@ def _create(t: _Tokens, work: _Work) -> None:
     work.put(key, TableSchema.build(key, defined, primary_key, versioned))
 
 
-_ALTER_NOOP = frozenset("""ALGORITHM LOCK ENGINE FORCE DEFAULT CHARACTER CHARSET COLLATE COMMENT
+_ALTER_NOOP = frozenset(
+    """ALGORITHM LOCK ENGINE FORCE DEFAULT CHARACTER CHARSET COLLATE COMMENT
     AUTO_INCREMENT ROW_FORMAT KEY_BLOCK_SIZE AVG_ROW_LENGTH MAX_ROWS MIN_ROWS PACK_KEYS
     STATS_AUTO_RECALC STATS_PERSISTENT STATS_SAMPLE_PAGES CHECKSUM TABLE_CHECKSUM DELAY_KEY_WRITE
     ENCRYPTION ENCRYPTED ENCRYPTION_KEY_ID PAGE_CHECKSUM PAGE_COMPRESSED PAGE_COMPRESSION_LEVEL
@@ -457,7 +486,8 @@ _ALTER_NOOP = frozenset("""ALGORITHM LOCK ENGINE FORCE DEFAULT CHARACTER CHARSET
     SECONDARY_ENGINE SECONDARY_ENGINE_ATTRIBUTE ENGINE_ATTRIBUTE AUTOEXTEND_SIZE START_TRANSACTION
     ENABLE DISABLE DISCARD IMPORT ORDER PARTITION PARTITIONS REMOVE COALESCE REORGANIZE EXCHANGE
     ANALYZE CHECK OPTIMIZE REBUILD REPAIR TRUNCATE UPGRADE WITH WITHOUT ALTER CONVERT
-    SEQUENCE""".split())  # fmt: skip
+    SEQUENCE""".split()
+)
 
 
 @dataclass(slots=True)
@@ -519,8 +549,13 @@ def _alter(t: _Tokens, work: _Work) -> None:
             work.notes.append(("schema_ddl_unknown_table", f"{key[0]}.{key[1]}"))
         return
     key, table = found
-    edit = _Edit(key, list(table.defined_columns), list(table.primary_key),
-                 table.implicit_versioning, work=work)  # fmt: skip
+    edit = _Edit(
+        key,
+        list(table.defined_columns),
+        list(table.primary_key),
+        table.implicit_versioning,
+        work=work,
+    )
     for part in _split(t.rest()):
         _alter_spec(_Tokens(part), edit)
     result = TableSchema.build(edit.new_key or key, edit.columns, edit.primary_key, edit.versioned)

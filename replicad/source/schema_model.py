@@ -38,8 +38,13 @@ class TableSchema:
     implicit_versioning: bool = False  # WITH SYSTEM VERSIONING without period columns
 
     @classmethod
-    def build(cls, key: Key, defined: Iterable[ColumnSchema], primary_key: Iterable[str] = (),
-              implicit_versioning: bool = False) -> TableSchema:  # fmt: skip
+    def build(
+        cls,
+        key: Key,
+        defined: Iterable[ColumnSchema],
+        primary_key: Iterable[str] = (),
+        implicit_versioning: bool = False,
+    ) -> TableSchema:
         columns = tuple(defined) + ((_ROW_START, _ROW_END) if implicit_versioning else ())
         return cls(key[0], key[1], columns, tuple(primary_key), implicit_versioning)
 
@@ -62,8 +67,12 @@ class TableSchema:
             if c.set_values is not None:
                 item["set"] = list(c.set_values)
             columns.append(item)
-        out: dict[str, Any] = {"schema": self.schema, "table": self.table, "columns": columns,
-               "primary_key": list(self.primary_key)}  # fmt: skip
+        out: dict[str, Any] = {
+            "schema": self.schema,
+            "table": self.table,
+            "columns": columns,
+            "primary_key": list(self.primary_key),
+        }
         if self.implicit_versioning:
             out["implicit_versioning"] = True
         return out
@@ -101,18 +110,42 @@ _FAMILIES: dict[str, frozenset[int]] = {
 }
 FAMILY_OF: dict[str, str] = {
     **dict.fromkeys(("tinyint", "smallint", "mediumint", "int", "bigint"), "int"),
-    "decimal": "decimal", "float": "float", "double": "float",
-    **dict.fromkeys(("char", "varchar", "binary", "varbinary", "uuid", "inet4", "inet6"),
-                    "string"),
-    **dict.fromkeys(("tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob",
-                     "mediumblob", "longblob"), "blob"),
-    "enum": "enum", "set": "set",
+    "decimal": "decimal",
+    "float": "float",
+    "double": "float",
+    **dict.fromkeys(("char", "varchar", "binary", "varbinary", "uuid", "inet4", "inet6"), "string"),
+    **dict.fromkeys(
+        (
+            "tinytext",
+            "text",
+            "mediumtext",
+            "longtext",
+            "tinyblob",
+            "blob",
+            "mediumblob",
+            "longblob",
+        ),
+        "blob",
+    ),
+    "enum": "enum",
+    "set": "set",
     **dict.fromkeys(("date", "time", "year"), "temporal"),
     **dict.fromkeys(("datetime", "timestamp"), "datetime"),
     "bit": "bit",
-    **dict.fromkeys(("geometry", "point", "linestring", "polygon", "multipoint",
-                     "multilinestring", "multipolygon", "geometrycollection"), "geometry"),
-}  # fmt: skip
+    **dict.fromkeys(
+        (
+            "geometry",
+            "point",
+            "linestring",
+            "polygon",
+            "multipoint",
+            "multilinestring",
+            "multipolygon",
+            "geometrycollection",
+        ),
+        "geometry",
+    ),
+}
 NUMERIC_FAMILIES = frozenset({"int", "decimal", "float"})
 _MAP_FAMILY = {code: name for name, codes in _FAMILIES.items() for code in codes}
 
@@ -124,6 +157,8 @@ def type_mismatch(table: TableSchema, table_map: TableMapEvent) -> str | None:
         if source.data_type == "json":  # MySQL's JSON type; MariaDB's JSON is a LONGTEXT
             mine = None if column.type_code == T.JSON else "blob"
         if mine is not None and theirs is not None and mine != theirs:
-            return f"column {column.index + 1} ({source.name}) is {column.type_name} here, " \
-                   f"{source.data_type} in the schema history"  # fmt: skip
+            return (
+                f"column {column.index + 1} ({source.name}) is {column.type_name} here, "
+                f"{source.data_type} in the schema history"
+            )
     return None

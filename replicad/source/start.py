@@ -64,8 +64,13 @@ async def _with_gtids(conn: AsyncConnection, info: ServerInfo, file: str, pos: i
         except ServerError as exc:
             # A proxy or server that cannot list binlog events: the position still works,
             # resumed by file offset until a restart can work the set out.
-            log.warning("start_gtid_set_unknown", file=file, pos=pos, error=str(exc),
-                        note="resumed by file offset, not by GTID")  # fmt: skip
+            log.warning(
+                "start_gtid_set_unknown",
+                file=file,
+                pos=pos,
+                error=str(exc),
+                note="resumed by file offset, not by GTID",
+            )
     return Position(file, pos)  # no GTIDs on the primary: file:pos is all there is
 
 

@@ -100,8 +100,10 @@ def _descriptions(part: ArchiveFile, db: str, table: str) -> Iterator[TableDescr
                 raise ArchiveError(
                     "the TABLE_MAP has no column names (binlog_row_metadata=FULL is needed "
                     "to read archives)",
-                    file=part.path, pos=event.header.pos, table=f"{db}.{table}",
-                )  # fmt: skip
+                    file=part.path,
+                    pos=event.header.pos,
+                    table=f"{db}.{table}",
+                )
             yield describe(event)
 
 
@@ -181,8 +183,9 @@ class _ArchiveReader(DataSourceReader):
                 return
             except ReplicadError as exc:
                 if not self.skip_corrupt:
-                    raise ArchiveError(f"the archive file cannot be read: {exc}",
-                                       file=partition.path) from None  # fmt: skip
+                    raise ArchiveError(
+                        f"the archive file cannot be read: {exc}", file=partition.path
+                    ) from None
                 log.error("archive_file_skipped", file=partition.path, error=str(exc))
                 return
             if (change.db, change.table) != (self.db, self.table):

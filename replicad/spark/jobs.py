@@ -90,8 +90,11 @@ class Source:
                 self.schema_topic
             )
             if topic is None or topic.error is not None or not topic.partitions:
-                log.info("schema_topic_absent", topic=self.schema_topic,
-                         note="nothing published yet; looked for again later")  # fmt: skip
+                log.info(
+                    "schema_topic_absent",
+                    topic=self.schema_topic,
+                    note="nothing published yet; looked for again later",
+                )
                 return []
             low, high = partition_bounds(consumer, self.schema_topic, 0)
         finally:
@@ -143,8 +146,12 @@ class TableJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_s} seconds")
-        log.info(f"{self.name}_query_started", table=table, versions=len(versions),
-                 key=list(versions[-1].primary_key))  # fmt: skip
+        log.info(
+            f"{self.name}_query_started",
+            table=table,
+            versions=len(versions),
+            key=list(versions[-1].primary_key),
+        )
         return writer.start()
 
     def checkpoint(self, table: str) -> Path:
@@ -186,9 +193,13 @@ class TableJob:
                 self._reported = time.monotonic()
                 for table, query in self.queries.items():
                     progress: dict[str, Any] = query.lastProgress or {}
-                    log.info(f"{self.name}_query_progress", table=table,
-                             status=query.status.get("message"), batch=progress.get("batchId"),
-                             rows=progress.get("numInputRows"))  # fmt: skip
+                    log.info(
+                        f"{self.name}_query_progress",
+                        table=table,
+                        status=query.status.get("message"),
+                        batch=progress.get("batchId"),
+                        rows=progress.get("numInputRows"),
+                    )
             if not self.once and time.monotonic() - discovered >= self.settings.discover_s:
                 self._discover()
                 discovered = time.monotonic()
@@ -214,15 +225,23 @@ class Materialize(TableJob):
         self, table: str, changes: DataFrame, versions: list[TypedSchema]
     ) -> DataStreamWriter:
         lake = LakeTable(
-            self.spark, self.lake_path(table), versions[-1].primary_key,
-            table_struct(versions), self.settings.buckets,
-        )  # fmt: skip
+            self.spark,
+            self.lake_path(table),
+            versions[-1].primary_key,
+            table_struct(versions),
+            self.settings.buckets,
+        )
 
         def apply(batch: DataFrame, batch_id: int) -> None:
             started = time.monotonic()
             version = lake.apply(batch)
-            log.info("lake_batch_applied", table=table, batch=batch_id, version=version,
-                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
+            log.info(
+                "lake_batch_applied",
+                table=table,
+                batch=batch_id,
+                version=version,
+                seconds=round(time.monotonic() - started, 3),
+            )
 
         return changes.writeStream.foreachBatch(apply)
 

@@ -112,8 +112,9 @@ class Settings:
             raise SparkSourceError(
                 "replicad-kafka reads read_committed only: a range's end is the last stable "
                 "offset, and aborted records must not reach the lake",
-                option="kafka.isolation.level", value=isolation,
-            )  # fmt: skip
+                option="kafka.isolation.level",
+                value=isolation,
+            )
         return cls(consumer, db, name, topic, schema_topic, starting, int(limit) if limit else None)
 
     def open(self) -> Consumer:
@@ -150,15 +151,19 @@ def messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
                 idle += 1
                 if idle > IDLE_POLLS:
                     raise SparkSourceError(
-                        "the broker stopped serving the range", topic=part.topic,
-                        partition=part.partition, position=position, end=part.end,
-                    )  # fmt: skip
+                        "the broker stopped serving the range",
+                        topic=part.topic,
+                        partition=part.partition,
+                        position=position,
+                        end=part.end,
+                    )
                 continue
             if error is not None:
                 raise SparkSourceError(
                     f"reading the change topic failed: {error}",
-                    topic=part.topic, partition=part.partition,
-                )  # fmt: skip
+                    topic=part.topic,
+                    partition=part.partition,
+                )
             idle = 0
             if _offset(message) >= part.end:
                 return
@@ -184,8 +189,9 @@ def partition_bounds(consumer: Consumer, topic: str, partition: int) -> tuple[in
     except KafkaException as exc:
         raise SparkSourceError(
             f"the broker did not tell the partition's offsets: {exc.args[0]}",
-            topic=topic, partition=partition,
-        ) from None  # fmt: skip
+            topic=topic,
+            partition=partition,
+        ) from None
 
 
 def read_schema_topic(settings: Settings) -> list[TypedSchema]:
@@ -218,8 +224,7 @@ def read_schema_topic(settings: Settings) -> list[TypedSchema]:
 
 def _first_named(record: dict[str, Any]) -> tuple[str, int, int]:
     source = record.get("source") or {}
-    return (str(source.get("file") or ""), int(source.get("pos") or 0),
-            int(source.get("row") or 0))  # fmt: skip
+    return (str(source.get("file") or ""), int(source.get("pos") or 0), int(source.get("row") or 0))
 
 
 def topic_ranges(settings: Settings, start: dict[str, int] | None) -> list[TopicRange]:
@@ -256,9 +261,11 @@ def check_within(topic: str, start: dict[str, int], ranges: list[TopicRange]) ->
             raise OffsetPastEndError(
                 "the query's checkpoint is past the end of the topic's partition (was the "
                 "topic deleted and created again?): start the query with a new checkpoint",
-                topic=topic, partition=int(partition), checkpoint_offset=offset,
+                topic=topic,
+                partition=int(partition),
+                checkpoint_offset=offset,
                 end="no such partition" if end is None else end,
-            )  # fmt: skip
+            )
 
 
 class _Rows:

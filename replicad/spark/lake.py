@@ -231,9 +231,11 @@ class LakeTable:
             p.name.split("=", 1)[1]: f"{directory.name}/{p.name}"
             for p in directory.glob(f"{BUCKET}=*")
         }
-        buckets = {} if touched is None else {
-            b: where for b, where in manifest["buckets"].items() if b not in touched
-        }  # fmt: skip
+        buckets = (
+            {}
+            if touched is None
+            else {b: where for b, where in manifest["buckets"].items() if b not in touched}
+        )
         buckets.update(written)
         self._write_manifest(
             {

@@ -98,8 +98,9 @@ def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
     try:
         verifier = Verifier(spark, config, password, driver)
         tables = verifier.tables()
-        log.info("spark_job_started", job="verify", master=spark.sparkContext.master,
-                 tables=len(tables))  # fmt: skip
+        log.info(
+            "spark_job_started", job="verify", master=spark.sparkContext.master, tables=len(tables)
+        )
         reports = []
         for table in tables:
             report = verifier.verify(table, config.spark.verify_timeout_s)

@@ -27,8 +27,11 @@ ROWS = 400
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, f"cannot mount a tmpfs (needs root): {result.stderr}"
     try:
         yield mount
