@@ -219,13 +219,10 @@ class KafkaRouting:
         self.names = TopicNames.of(config, pipeline)
         self._key_without_pk = config.key_without_pk
         self._topics: dict[tuple[str, str], str] = {}
-        self.oversized_topic = self.expand(config.oversized_topic, "", "")
-        self.positions_topic = self.expand(config.positions_topic, "", "")
-        self.schema_topic = self.expand(config.schema_topic, "", "") if config.schema_topic else ""
+        self.oversized_topic = self.names.expand(config.oversized_topic)
+        self.positions_topic = self.names.expand(config.positions_topic)
+        self.schema_topic = self.names.expand(config.schema_topic) if config.schema_topic else ""
         self.topic("db", "table")  # a bad template fails at start, not at the first row
-
-    def expand(self, template: str, db: str, table: str) -> str:
-        return self.names.expand(template, db, table)
 
     def topic(self, db: str, table: str) -> str:
         key = (db, table)
