@@ -214,14 +214,25 @@ cdef inline bint valid_date(int64_t y, int64_t m, int64_t d) noexcept nogil:
     return d <= dim
 
 
+cdef extern from *:
+    """
+    /* By opcode (OP_I8 = 1 .. OP_U64 = 10, each signed then unsigned): an integer's bytes,
+       and whether it is unsigned. One static copy in each extension that includes them. */
+    static const int replicad_int_size[11] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 8, 8};
+    static const int replicad_int_unsigned[11] = {0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    """
+    const int replicad_int_size[11]
+    const int replicad_int_unsigned[11]
+
+
 cdef inline int int_size(int op) noexcept nogil:
-    """Bytes of an integer opcode (OP_I8 = 1 .. OP_U64 = 10, signed then unsigned)."""
-    return (op + 1) >> 1 if op <= OP_U24 else 4 if op <= OP_U32 else 8
+    """Bytes of an integer opcode (OP_I8 .. OP_U64)."""
+    return replicad_int_size[op]
 
 
 cdef inline bint unsigned_int(int op) noexcept nogil:
-    """Whether an integer opcode is an unsigned one (the even ones)."""
-    return (op & 1) == 0
+    """Whether an integer opcode is an unsigned one."""
+    return replicad_int_unsigned[op]
 
 
 cdef inline int64_t sign_extend(uint64_t u, int nbytes) noexcept nogil:

@@ -18,9 +18,26 @@ class ImageWriter:
         fallback: Callable[[int, Any], bytes],
     ) -> None: ...
 
+class EventLayout:
+    """What `encode_rows` needs of a table layout besides the event: the image writers,
+    whether an update of the key is split, the key columns' texts and indexes."""
+
+    @property
+    def first(self) -> ImageWriter: ...
+    @property
+    def second(self) -> ImageWriter | None: ...
+    def __init__(
+        self,
+        first: ImageWriter,
+        second: ImageWriter | None,
+        split: bool,
+        key_names: tuple[bytes, ...],
+        key_first: tuple[int, ...],
+        key_second: tuple[int, ...],
+    ) -> None: ...
+
 def encode_rows(
-    first: ImageWriter,
-    second: ImageWriter | None,
+    layout: EventLayout,
     body: bytes,
     pos: int,
     kind: int,
@@ -28,11 +45,7 @@ def encode_rows(
     tails: tuple[bytes, ...],
     row0: int,
     key_mode: int,
-    key_names: tuple[bytes, ...],
-    key_first: tuple[int, ...],
-    key_second: tuple[int, ...],
     const_key: bytes | None,
-    split: bool,
     lines: bool,
 ) -> tuple[Any, int]: ...
 def double_repr(d: float) -> bytes:

@@ -14,6 +14,7 @@ type. MySQL JSON documents are printed here too, as MySQL prints them.
 Only replicad/sinks/writer_choice.py imports this module.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
 from cpython.bytes cimport PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -883,6 +884,7 @@ cdef int _put_fallback(Buf *b, object fallback, Py_ssize_t i, object value) exce
     return _put_bytes(b, <bytes>text)
 
 
+@cython.final
 cdef class ImageWriter:
     """One row-image layout's decoder readied for `encode_rows`: `prefixes[i]` is the JSON
     text before column i's value (``{"name":`` for the first, ``,"name":`` after);
@@ -1061,8 +1063,34 @@ cdef class ImageWriter:
         return 0
 
 
-cdef bint _same_text(Buf *a, Py_ssize_t *sa, unsigned char *ka, Py_ssize_t ia,
-                     Buf *b, Py_ssize_t *sb, unsigned char *kb, Py_ssize_t ib) noexcept:
+cdef struct Image:
+    Buf text  # the image as a JSON object
+    Py_ssize_t *spans  # spans[2i], spans[2i+1]: where column i's value lies in text
+    unsigned char *kinds  # kinds[i]: 1 when text column i was written as base64
+
+
+cdef int _image_init(Image *image, Py_ssize_t ncols) except -1:
+    memset(image, 0, sizeof(Image))
+    image.spans = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * ncols + 2))
+    image.kinds = <unsigned char *>PyMem_Malloc(ncols + 1)
+    if image.spans == NULL or image.kinds == NULL:
+        raise MemoryError()
+    return 0
+
+
+cdef void _image_free(Image *image) noexcept:
+    PyMem_Free(image.text.data)
+    PyMem_Free(image.spans)
+    PyMem_Free(image.kinds)
+
+
+cdef int _read_image(ImageWriter writer, bytes body, const unsigned char *p, Py_ssize_t size,
+                     Py_ssize_t *ppos, Image *image) except -1:
+    image.text.len = 0
+    return writer._json(body, p, size, ppos, &image.text, image.spans, image.kinds)
+
+
+cdef bint _same_value(Image *a, Py_ssize_t ia, Image *b, Py_ssize_t ib) noexcept:
     """Whether key column ia of image a and ib of image b have equal values: equal JSON text
     of the same kind (-1: the column is not in the image, i.e. None)."""
     cdef const char *ta = b"null"
@@ -1070,181 +1098,187 @@ cdef bint _same_text(Buf *a, Py_ssize_t *sa, unsigned char *ka, Py_ssize_t ia,
     cdef Py_ssize_t na = 4, nb = 4
     cdef unsigned char kinda = 0, kindb = 0
     if ia >= 0:
-        ta, na, kinda = a.data + sa[2 * ia], sa[2 * ia + 1] - sa[2 * ia], ka[ia]
+        ta, na, kinda = a.text.data + a.spans[2 * ia], a.spans[2 * ia + 1] - a.spans[2 * ia], a.kinds[ia]
     if ib >= 0:
-        tb, nb, kindb = b.data + sb[2 * ib], sb[2 * ib + 1] - sb[2 * ib], kb[ib]
+        tb, nb, kindb = b.text.data + b.spans[2 * ib], b.spans[2 * ib + 1] - b.spans[2 * ib], b.kinds[ib]
     return na == nb and kinda == kindb and memcmp(ta, tb, na) == 0
 
 
-cdef bytes _key(Buf *k, Buf *img, Py_ssize_t *spans, tuple names, tuple index, int mode,
-                object const_key, Py_ssize_t start, Py_ssize_t stop):
-    cdef Py_ssize_t j, i
-    cdef bytes name
-    if mode == 0:
-        return None
-    if mode == 1:
-        return const_key
-    if mode == 3:
-        return PyBytes_FromStringAndSize(img.data + start, stop - start)
-    k.len = 0
-    for j in range(PyTuple_GET_SIZE(names)):
-        name = <bytes>PyTuple_GET_ITEM(names, j)
-        _put_bytes(k, name)
-        i = <Py_ssize_t>(<object>PyTuple_GET_ITEM(index, j))
-        if i < 0:
-            _put(k, b"null", 4)
+@cython.final
+cdef class EventLayout:
+    """What `encode_rows` needs of a table layout besides the event: the writers of its
+    images (`second`: the after images of an update, else None), whether an update that
+    changes the key columns is a delete and a create (`split`), and the key columns:
+    `key_names[j]` the text before column j (``{"name":`` then ``,"name":``),
+    `key_first`/`key_second` its index in each image (-1 when absent)."""
+
+    cdef readonly ImageWriter first
+    cdef readonly ImageWriter second
+    cdef bint split
+    cdef tuple key_names
+    cdef tuple key_first
+    cdef tuple key_second
+
+    def __cinit__(self, ImageWriter first not None, ImageWriter second, bint split,
+                  tuple key_names not None, tuple key_first not None, tuple key_second not None):
+        if len(key_first) != len(key_names) or (
+            second is not None and len(key_second) != len(key_names)
+        ):
+            raise ValueError("one index per key column")
+        if not all(type(name) is bytes for name in key_names):
+            raise TypeError("the key names must be bytes")
+        self.first = first
+        self.second = second
+        self.split = split
+        self.key_names = key_names
+        self.key_first = tuple(int(i) for i in key_first)
+        self.key_second = tuple(int(i) for i in key_second)
+
+    def __reduce__(self):
+        raise TypeError("EventLayout cannot be pickled")
+
+    cdef bint _key_changed(self, Image *before, Image *after) noexcept:
+        cdef Py_ssize_t j
+        for j in range(PyTuple_GET_SIZE(self.key_names)):
+            if not _same_value(
+                before, <Py_ssize_t>(<object>PyTuple_GET_ITEM(self.key_first, j)),
+                after, <Py_ssize_t>(<object>PyTuple_GET_ITEM(self.key_second, j)),
+            ):
+                return True
+        return False
+
+
+@cython.final
+cdef class _Messages:
+    """The messages of one `encode_rows` call, as they are written."""
+
+    cdef Buf out
+    cdef Buf key
+    cdef EventLayout layout
+    cdef bytes head
+    cdef int key_mode
+    cdef object const_key
+    cdef bint lines
+    cdef list written
+
+    def __cinit__(self):
+        memset(&self.out, 0, sizeof(Buf))
+        memset(&self.key, 0, sizeof(Buf))
+
+    def __dealloc__(self):
+        PyMem_Free(self.out.data)
+        PyMem_Free(self.key.data)
+
+    cdef int add(self, str op, Py_ssize_t row, bytes tail, Image *before, Image *after,
+                 Image *keyed, tuple index) except -1:
+        """``{"before":B,"after":A`` + head + row + tail; its key from `keyed` (the image
+        the key columns are read from, at `index`)."""
+        cdef Buf *out = &self.out
+        _put(out, b'{"before":', 10)
+        if before == NULL:
+            _put(out, b"null", 4)
         else:
-            _put(k, img.data + spans[2 * i], spans[2 * i + 1] - spans[2 * i])
-    if PyTuple_GET_SIZE(names) == 0:
-        _put(k, b"{", 1)
-    _put(k, b"}", 1)
-    return PyBytes_FromStringAndSize(k.data, k.len)
+            _put(out, before.text.data, before.text.len)
+        _put(out, b',"after":', 9)
+        if after == NULL:
+            _put(out, b"null", 4)
+        else:
+            _put(out, after.text.data, after.text.len)
+        _put_bytes(out, self.head)
+        _put_u64(out, <uint64_t>row)
+        _put_bytes(out, tail)
+        if self.lines:
+            return _put(out, b"\n", 1)
+        self.written.append(
+            (op, row, self._key(keyed, index), PyBytes_FromStringAndSize(out.data, out.len))
+        )
+        out.len = 0
+        return 0
+
+    cdef bytes _key(self, Image *image, tuple index):
+        """key_mode 0: none; 1: the constant; 2: the key columns; 3: the whole image."""
+        cdef Py_ssize_t j, i
+        cdef tuple names = self.layout.key_names
+        cdef Buf *k = &self.key
+        if self.key_mode == 0:
+            return None
+        if self.key_mode == 1:
+            return self.const_key
+        if self.key_mode == 3:
+            return PyBytes_FromStringAndSize(image.text.data, image.text.len)
+        k.len = 0
+        for j in range(PyTuple_GET_SIZE(names)):
+            _put_bytes(k, <bytes>PyTuple_GET_ITEM(names, j))
+            i = <Py_ssize_t>(<object>PyTuple_GET_ITEM(index, j))
+            if i < 0:
+                _put(k, b"null", 4)
+            else:
+                _put(k, image.text.data + image.spans[2 * i], image.spans[2 * i + 1] - image.spans[2 * i])
+        if PyTuple_GET_SIZE(names) == 0:
+            _put(k, b"{", 1)
+        _put(k, b"}", 1)
+        return PyBytes_FromStringAndSize(k.data, k.len)
+
+    cdef object result(self):
+        if self.lines:
+            return PyBytes_FromStringAndSize(self.out.data, self.out.len)
+        return self.written
 
 
-cdef int _message(Buf *out, Buf *before, Py_ssize_t b0, Buf *after, Py_ssize_t a0,
-                  bytes head, Py_ssize_t row, bytes tail) except -1:
-    _put(out, b'{"before":', 10)
-    if before == NULL:
-        _put(out, b"null", 4)
-    else:
-        _put(out, before.data + b0, before.len - b0)
-    _put(out, b',"after":', 9)
-    if after == NULL:
-        _put(out, b"null", 4)
-    else:
-        _put(out, after.data + a0, after.len - a0)
-    _put_bytes(out, head)
-    _put_u64(out, <uint64_t>row)
-    return _put_bytes(out, tail)
-
-
-
-def encode_rows(ImageWriter first not None, ImageWriter second, bytes body, Py_ssize_t pos,
-                int kind, bytes head, tuple tails, Py_ssize_t row0, int key_mode,
-                tuple key_names, tuple key_first, tuple key_second, object const_key,
-                bint split, bint lines):
+def encode_rows(EventLayout layout not None, bytes body, Py_ssize_t pos, int kind,
+                bytes head not None, tuple tails not None, Py_ssize_t row0, int key_mode,
+                object const_key, bint lines):
     """Every message of one ROWS event's row images (from `pos` to the end of `body`), as
     the envelope writes them: ``{"before":B,"after":A`` + `head` + the row number +
     ``tails[op]`` (op 0 "c", 1 "u", 2 "d").
 
-    kind: 0 insert (`first` decodes the after image), 1 update (`first` before, `second`
-    after), 2 delete. An update whose key columns changed (`split`) is a delete and a
-    create. key_mode: 0 no key, 1 `const_key`, 2 the key columns (`key_names[j]` the text
-    before column j, ``{"name":`` then ``,"name":``; `key_first`/`key_second` its index in
-    each image, -1 when absent), 3 the whole row image. Returns (messages, rows decoded):
-    with `lines`, one bytes object of every message followed by a newline; else a list of
+    kind: 0 insert (`layout.first` writes the after image), 1 update (`first` before,
+    `second` after), 2 delete. key_mode: 0 no key, 1 `const_key`, 2 the layout's key
+    columns, 3 the whole row image. Returns (messages, rows decoded): with `lines`, one
+    bytes object of every message followed by a newline; else a list of
     (op, row, key, value).
     Raises on any image that does not fit (the caller decodes the event the slow way, which
     names the problem)."""
     cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
     cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
-    cdef Buf out, img1, img2, kbuf
-    cdef Py_ssize_t *s1 = NULL
-    cdef Py_ssize_t *s2 = NULL
-    cdef unsigned char *k1 = NULL
-    cdef unsigned char *k2 = NULL
-    cdef Py_ssize_t row = row0, j, nkeys
-    cdef bint changed
-    cdef list messages = []
+    cdef ImageWriter first = layout.first
+    cdef ImageWriter second = layout.second
+    cdef Image one, two
+    cdef Py_ssize_t row = row0
+    cdef _Messages messages = _Messages()
     cdef bytes t_c, t_u, t_d
     if kind == 1 and second is None:
         raise ValueError("an update needs the after images' writer")
     if pos < 0 or pos > size:
         raise IndexError("rows start outside the event")
-    if len(tails) != 3:
-        raise ValueError("three tails")
+    if first.ncols == 0 and pos < size:
+        raise ValueError("a row image without columns")  # it would never advance
     t_c, t_u, t_d = tails
-    nkeys = len(key_names)
-    if key_mode == 2 and (len(key_first) != nkeys or (kind == 1 and len(key_second) != nkeys)):
-        raise ValueError("one index per key column")
-    memset(&out, 0, sizeof(Buf))
-    memset(&img1, 0, sizeof(Buf))
-    memset(&img2, 0, sizeof(Buf))
-    memset(&kbuf, 0, sizeof(Buf))
+    messages.layout, messages.head, messages.lines = layout, head, lines
+    messages.key_mode, messages.const_key, messages.written = key_mode, const_key, []
+    memset(&one, 0, sizeof(Image))
+    memset(&two, 0, sizeof(Image))
     try:
-        s1 = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * first.ncols + 2))
-        k1 = <unsigned char *>PyMem_Malloc(first.ncols + 1)
+        _image_init(&one, first.ncols)
         if kind == 1:
-            s2 = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * second.ncols + 2))
-            k2 = <unsigned char *>PyMem_Malloc(second.ncols + 1)
-            if s2 == NULL or k2 == NULL:
-                raise MemoryError()
-        if s1 == NULL or k1 == NULL:
-            raise MemoryError()
+            _image_init(&two, second.ncols)
         while pos < size:
-            if first.ncols == 0:
-                raise ValueError("a row image without columns")  # it would never advance
-            img1.len = 0
-            first._json(body, p, size, &pos, &img1, s1, k1)
+            _read_image(first, body, p, size, &pos, &one)
             if kind == 1:
-                img2.len = 0
-                second._json(body, p, size, &pos, &img2, s2, k2)
+                _read_image(second, body, p, size, &pos, &two)
             if pos > size:
                 raise IndexError("a row image runs past the event")
             if kind == 0:
-                _message(&out, NULL, 0, &img1, 0, head, row, t_c)
-                if lines:
-                    _put(&out, b"\n", 1)
-                else:
-                    messages.append(("c", row, _key(&kbuf, &img1, s1, key_names, key_first,
-                                     key_mode, const_key, 0, img1.len),
-                                     PyBytes_FromStringAndSize(out.data, out.len)))
-                    out.len = 0
+                messages.add("c", row, t_c, NULL, &one, &one, layout.key_first)
             elif kind == 2:
-                _message(&out, &img1, 0, NULL, 0, head, row, t_d)
-                if lines:
-                    _put(&out, b"\n", 1)
-                else:
-                    messages.append(("d", row, _key(&kbuf, &img1, s1, key_names, key_first,
-                                     key_mode, const_key, 0, img1.len),
-                                     PyBytes_FromStringAndSize(out.data, out.len)))
-                    out.len = 0
+                messages.add("d", row, t_d, &one, NULL, &one, layout.key_first)
+            elif layout.split and layout._key_changed(&one, &two):
+                messages.add("d", row, t_d, &one, NULL, &one, layout.key_first)
+                messages.add("c", row, t_c, NULL, &two, &two, layout.key_second)
             else:
-                changed = False
-                if split:
-                    for j in range(nkeys):
-                        if not _same_text(
-                            &img1, s1, k1, <Py_ssize_t>(<object>PyTuple_GET_ITEM(key_first, j)),
-                            &img2, s2, k2, <Py_ssize_t>(<object>PyTuple_GET_ITEM(key_second, j)),
-                        ):
-                            changed = True
-                            break
-                if changed:
-                    _message(&out, &img1, 0, NULL, 0, head, row, t_d)
-                    if lines:
-                        _put(&out, b"\n", 1)
-                    else:
-                        messages.append(("d", row, _key(&kbuf, &img1, s1, key_names, key_first,
-                                         key_mode, const_key, 0, img1.len),
-                                         PyBytes_FromStringAndSize(out.data, out.len)))
-                        out.len = 0
-                    _message(&out, NULL, 0, &img2, 0, head, row, t_c)
-                    if lines:
-                        _put(&out, b"\n", 1)
-                    else:
-                        messages.append(("c", row, _key(&kbuf, &img2, s2, key_names, key_second,
-                                         key_mode, const_key, 0, img2.len),
-                                         PyBytes_FromStringAndSize(out.data, out.len)))
-                        out.len = 0
-                else:
-                    _message(&out, &img1, 0, &img2, 0, head, row, t_u)
-                    if lines:
-                        _put(&out, b"\n", 1)
-                    else:
-                        messages.append(("u", row, _key(&kbuf, &img2, s2, key_names, key_second,
-                                         key_mode, const_key, 0, img2.len),
-                                         PyBytes_FromStringAndSize(out.data, out.len)))
-                        out.len = 0
+                messages.add("u", row, t_u, &one, &two, &two, layout.key_second)
             row += 1
-        if lines:
-            return PyBytes_FromStringAndSize(out.data, out.len), row - row0
-        return messages, row - row0
+        return messages.result(), row - row0
     finally:
-        PyMem_Free(out.data)
-        PyMem_Free(img1.data)
-        PyMem_Free(img2.data)
-        PyMem_Free(kbuf.data)
-        PyMem_Free(s1)
-        PyMem_Free(s2)
-        PyMem_Free(k1)
-        PyMem_Free(k2)
+        _image_free(&one)
+        _image_free(&two)

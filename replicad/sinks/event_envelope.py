@@ -44,8 +44,6 @@ class _RowPathOnly(Exception):
 _INEXACT_KEY_TYPES = frozenset({ColumnType.FLOAT, ColumnType.DOUBLE, ColumnType.VECTOR})
 
 _CACHED_LAYOUTS = 1024
-# compiled first and second image writers, split, key names, key indexes in each image
-_Plan = tuple[Any, Any, bool, tuple[bytes, ...], tuple[int, ...], tuple[int, ...]]
 
 # How the message key is made (the C encoder's key_mode)
 KEY_NONE, KEY_CONSTANT, KEY_COLUMNS = 0, 1, 2
@@ -59,7 +57,8 @@ class EventEncoder:
     def __init__(self, writer: EnvelopeWriter) -> None:
         self.writer = writer
         # by id(): the objects are kept with their entry, so an id is never reused under it
-        self._plans: dict[tuple[int, int, tuple[str, ...]], tuple[Any, Any, _Plan | None]] = {}
+        # the compiled writer's EventLayout of (first decoder, second decoder, primary key)
+        self._plans: dict[tuple[int, int, tuple[str, ...]], tuple[Any, Any, Any]] = {}
         self._described: dict[int, tuple[TableMapEvent, TableDescription]] = {}
 
     @staticmethod
@@ -92,10 +91,9 @@ class EventEncoder:
         second = table.image_decoder(event.present_after) if op == "u" else None
         primary_key = tuple(table.primary_key_names)
         images = ImageAbsence.of(event, table)
-        plan = self._plan(table, first, second, primary_key, op)
-        if plan is None:
+        layout = self._plan(table, first, second, primary_key, op)
+        if layout is None:
             return None
-        compiled_first, compiled_second, split, key_names, key_first, key_second = plan
         key_mode, constant = key
         if key_mode == KEY_COLUMNS and not primary_key:
             return None
@@ -126,8 +124,7 @@ class EventEncoder:
         )
         try:
             messages, count = writer_choice.encode_rows(
-                compiled_first,
-                compiled_second,
+                layout,
                 event.body,
                 event.rows_offset,
                 _KINDS[op],
@@ -135,11 +132,7 @@ class EventEncoder:
                 tails,
                 row0,
                 key_mode,
-                key_names,
-                key_first,
-                key_second,
                 constant,
-                split,
                 lines,
             )
         except Exception:  # the row-by-row path raises the error that names it
@@ -154,14 +147,15 @@ class EventEncoder:
         second: RowImageDecoder | None,
         primary_key: tuple[str, ...],
         op: str,
-    ) -> _Plan | None:
-        """What encode_rows needs besides the event, per layout (cached: every transaction
-        repeats its TABLE_MAPs, the decoders are shared between equal layouts)."""
+    ) -> Any:
+        """The compiled writer's EventLayout: what encode_rows needs besides the event, per
+        layout, or None (cached: every transaction repeats its TABLE_MAPs, the decoders are
+        shared between equal layouts)."""
         key = (id(first), id(second), primary_key)
         cached = self._plans.get(key)
         if cached is not None and cached[0] is first and cached[1] is second:
             return cached[2]
-        plan: _Plan | None = None
+        plan = None
         compiled_first = self._compiled(first)
         compiled_second = None if second is None else self._compiled(second)
         split = op == "u" and bool(primary_key)
@@ -172,7 +166,7 @@ class EventEncoder:
             and not (split and _key_left_out(first, second, primary_key))
         ):
             # The key columns: what the key is made of, and what a split update compares.
-            plan = (
+            plan = writer_choice.event_layout(
                 compiled_first,
                 compiled_second,
                 split,

@@ -61,9 +61,23 @@ def image_writer(
     return _writer.ImageWriter(decode.__self__, prefixes, fallback)  # type: ignore[attr-defined]
 
 
-def encode_rows(
+def event_layout(
     first: Any,
     second: Any,
+    split: bool,
+    key_names: tuple[bytes, ...],
+    key_first: tuple[int, ...],
+    key_second: tuple[int, ...],
+) -> Any:
+    """What `encode_rows` needs of a table layout besides the event (`_writer.EventLayout`,
+    whose parameters are documented there): `first`, `second` from `image_writer`."""
+    if _writer is None:
+        raise RuntimeError("the compiled message writer is not built")
+    return _writer.EventLayout(first, second, split, key_names, key_first, key_second)
+
+
+def encode_rows(
+    layout: Any,
     body: bytes,
     pos: int,
     kind: int,
@@ -71,11 +85,7 @@ def encode_rows(
     tails: tuple[bytes, ...],
     row0: int,
     key_mode: int,
-    key_names: tuple[bytes, ...],
-    key_first: tuple[int, ...],
-    key_second: tuple[int, ...],
     const_key: bytes | None,
-    split: bool,
     lines: bool,
 ) -> Encoded:
     """Every message of one ROWS event, written by `_writer.encode_rows` (the parameters are
@@ -84,19 +94,5 @@ def encode_rows(
     if _writer is None:
         raise RuntimeError("the compiled message writer is not built")
     return _writer.encode_rows(
-        first,
-        second,
-        body,
-        pos,
-        kind,
-        head,
-        tails,
-        row0,
-        key_mode,
-        key_names,
-        key_first,
-        key_second,
-        const_key,
-        split,
-        lines,
+        layout, body, pos, kind, head, tails, row0, key_mode, const_key, lines
     )

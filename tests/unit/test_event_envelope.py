@@ -52,7 +52,7 @@ _NOT_KEYS = {
 if writer_choice.available():
     from replicad.binlog import _speedups
     from replicad.binlog.decoder_choice import build_compiled_decoder
-    from replicad.sinks.writer_choice import encode_rows
+    from replicad.sinks.writer_choice import encode_rows, event_layout
 
 
 def _image(draw, columns) -> bytes:
@@ -153,23 +153,10 @@ def _encode(columns, body, pos, kind, key, mariadb, *, lines=False, row0=0):
     first = _compiled(columns, mariadb)
     names = [c.name for c in columns]
     index = tuple(names.index(k) for k in key)
-    return encode_rows(
-        first,
-        first if kind == 1 else None,
-        body,
-        pos,
-        kind,
-        HEAD,
-        TAILS,
-        row0,
-        KEY_COLUMNS if key else KEY_NONE,
-        _prefixes(key),
-        index,
-        index if kind == 1 else (),
-        None,
-        bool(key) and kind == 1,
-        lines,
-    )
+    second, split = (first, bool(key)) if kind == 1 else (None, False)
+    layout = event_layout(first, second, split, _prefixes(key), index, index if second else ())
+    key_mode = KEY_COLUMNS if key else KEY_NONE
+    return encode_rows(layout, body, pos, kind, HEAD, TAILS, row0, key_mode, None, lines)
 
 
 @pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
@@ -196,16 +183,14 @@ def test_constant_key_and_row_numbers() -> None:
 
     columns = [CompiledColumn("id", ColumnSpec(ColumnType.LONG, 0))]
     body = b"\x00" + le(7, 4) + b"\x00" + le(8, 4)
-    first = _compiled(columns, False)
-    args = (first, None, body, 0, 0, HEAD, TAILS, 41, KEY_CONSTANT, (), (), (), b"K")
-    messages, count = encode_rows(*args, False, False)
+    layout = event_layout(_compiled(columns, False), None, False, (), (), ())
+    messages, count = encode_rows(layout, body, 0, 0, HEAD, TAILS, 41, KEY_CONSTANT, b"K", False)
     assert count == 2
     assert [(m[0], m[1], m[2]) for m in messages] == [("c", 41, b"K"), ("c", 42, b"K")]
     assert messages[1][3] == b'{"before":null,"after":{"id":8}' + HEAD + b"42" + TAILS[0]
     # a row that runs past the event refuses the whole event
     with pytest.raises(IndexError):
-        encode_rows(first, None, body[:-1], 0, 0, HEAD, TAILS, 0, 0, (), (), (),
-                              None, False, False)  # fmt: skip
+        encode_rows(layout, body[:-1], 0, 0, HEAD, TAILS, 0, KEY_NONE, None, False)
 
 
 @pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
@@ -364,6 +349,6 @@ def test_without_the_compiled_writer_every_event_goes_row_by_row(monkeypatch) ->
     decode = compile_python_decoder([], mariadb=False)
     assert writer_choice.image_writer(decode, (), lambda i, v: b"") is None
     with pytest.raises(RuntimeError, match="not built"):
-        writer_choice.encode_rows(
-            None, None, b"", 0, 0, b"", (), 0, 0, (), (), (), None, False, False
-        )
+        writer_choice.event_layout(None, None, False, (), (), ())
+    with pytest.raises(RuntimeError, match="not built"):
+        writer_choice.encode_rows(None, b"", 0, 0, b"", (), 0, KEY_NONE, None, False)
