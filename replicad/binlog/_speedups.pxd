@@ -1,5 +1,5 @@
 # cython: language_level=3
-# What the row-image writer (replicad/sinks/_writer.pyx) shares with the decoder at C level:
+# What the message writer (replicad/sinks/_writer.pyx) shares with the row decoder at C level:
 # the plan of a layout (ColOp, its opcodes and text modes), the decoder's fields and its
 # per-column reader, and the readers both walk a row image with. Inline functions are
 # compiled into each extension; `overrun` and `decimal_value` are called through the

@@ -13,6 +13,10 @@ Every read is checked against ``len(body)`` first: a value that would run past t
 raises IndexError (which `RowsEvent.rows()` turns into a MalformedEventError); nothing is
 ever read outside `body`. Bodies that are not exactly `bytes` (memoryview, bytearray) and
 negative positions go to the pure-Python decoder, which defines their behaviour.
+
+The plan's C form, the decoder's fields and the readers are declared in _speedups.pxd: the
+message writer (replicad/sinks/_writer.pyx) cimports them to write row images as JSON
+without a Python call per value. This module knows nothing of messages.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
@@ -26,8 +30,8 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Decode, PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.math cimport isfinite, isinf
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
 
 import datetime as _dt
 from decimal import Context as _Context
