@@ -1,8 +1,11 @@
-"""Build hook for the optional compiled row decoder (replicad/binlog/_speedups.pyx).
+"""Build hook for the two optional compiled modules: the row decoder
+(replicad/binlog/_speedups.pyx) and the message writer (replicad/sinks/_writer.pyx), which
+cimports the decoder's plan and readers from replicad/binlog/_speedups.pxd.
 
-Everything else lives in pyproject.toml. The extension is optional: when Cython or a C
-compiler is missing, or compiling fails, the package installs without it and decodes rows
-with the pure-Python generated decoders (see replicad/binlog/decoder_choice.py).
+Everything else lives in pyproject.toml. The extensions are optional: when Cython or a C
+compiler is missing, or compiling fails, the package installs without them and decodes rows
+with the pure-Python generated decoders and writes messages row by row (see
+replicad/binlog/decoder_choice.py and replicad/sinks/writer_choice.py).
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import sys
 
 from setuptools import Extension, setup
 
-SOURCE = os.path.join("replicad", "binlog", "_speedups.pyx")
+SOURCES = {
+    "replicad.binlog._speedups": os.path.join("replicad", "binlog", "_speedups.pyx"),
+    "replicad.sinks._writer": os.path.join("replicad", "sinks", "_writer.pyx"),
+}
 
 
 def _extensions() -> list[Extension]:
@@ -21,18 +27,21 @@ def _extensions() -> list[Extension]:
     try:
         from Cython.Build import cythonize
     except ImportError:
-        print("replicad: Cython not available, building without _speedups", file=sys.stderr)
+        print("replicad: Cython not available, building without extensions", file=sys.stderr)
         return []
-    extension = Extension(
-        "replicad.binlog._speedups",
-        [SOURCE],
-        optional=True,  # a failed C build leaves the pure-Python decoders in place
-        extra_compile_args=["-O2"] if os.name == "posix" else [],
-    )
+    extensions = [
+        Extension(
+            name,
+            [source],
+            optional=True,  # a failed C build leaves the pure-Python paths in place
+            extra_compile_args=["-O2"] if os.name == "posix" else [],
+        )
+        for name, source in SOURCES.items()
+    ]
     try:
-        extensions = cythonize([extension], language_level=3, quiet=True)
+        extensions = cythonize(extensions, language_level=3, quiet=True)
     except Exception as exc:  # a Cython error must not break the installation
-        print(f"replicad: cannot cythonize {SOURCE} ({exc}), building without it", file=sys.stderr)
+        print(f"replicad: cannot cythonize ({exc}), building without extensions", file=sys.stderr)
         return []
     for ext in extensions:
         ext.optional = True  # cythonize() does not carry `optional` over to its extensions

@@ -1,7 +1,8 @@
-"""Fail unless a directory holds exactly one replicad wheel and it carries the compiled row
-decoder (replicad/binlog/_speedups, Cython). setup.py builds the extension optionally, so a
-missing compiler gives a pure-Python wheel without an error: the image build runs this to turn
-that into a failed build (deploy/Dockerfile), and so does tests/integration/test_deploy_image.py.
+"""Fail unless a directory holds exactly one replicad wheel and it carries both compiled
+modules: the row decoder (replicad/binlog/_speedups) and the message writer
+(replicad/sinks/_writer), Cython. setup.py builds them optionally, so a missing compiler gives
+a pure-Python wheel without an error: the image build runs this to turn that into a failed
+build (deploy/Dockerfile), and so does tests/integration/test_deploy_image.py.
 
     python check_wheel.py /wheels
 """
@@ -12,11 +13,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-EXTENSION_PREFIX = "replicad/binlog/_speedups."
+EXTENSION_PREFIXES = ("replicad/binlog/_speedups.", "replicad/sinks/_writer.")
 
 
 def check(directory: Path) -> str:
-    """The wheel's name, or raise SystemExit naming what is wrong."""
+    """The wheel's name and its extensions, or raise SystemExit naming what is wrong."""
     wheels = sorted(directory.glob("replicad-*.whl"))
     if len(wheels) != 1:
         raise SystemExit(f"expected one replicad wheel in {directory}, found {len(wheels)}")
@@ -24,16 +25,16 @@ def check(directory: Path) -> str:
     # name-version-pythontag-abitag-platformtag.whl: a compiled wheel is not py3-none-any
     tags = wheel.stem.split("-")[-3:]
     if tags[1] == "none" or tags[2] == "any":
-        raise SystemExit(f"{wheel.name} is a pure-Python wheel: _speedups was not compiled")
+        raise SystemExit(f"{wheel.name} is a pure-Python wheel: the extensions were not compiled")
     with zipfile.ZipFile(wheel) as archive:
-        binaries = [
-            name
-            for name in archive.namelist()
-            if name.startswith(EXTENSION_PREFIX) and name.endswith((".so", ".pyd"))
-        ]
-    if not binaries:
-        raise SystemExit(f"{wheel.name} has no compiled {EXTENSION_PREFIX}* extension")
-    return f"{wheel.name}: {binaries[0]}"
+        names = archive.namelist()
+    found = []
+    for prefix in EXTENSION_PREFIXES:
+        binaries = [n for n in names if n.startswith(prefix) and n.endswith((".so", ".pyd"))]
+        if not binaries:
+            raise SystemExit(f"{wheel.name} has no compiled {prefix}* extension")
+        found.append(binaries[0])
+    return f"{wheel.name}: {' '.join(found)}"
 
 
 def main(argv: list[str]) -> int:

@@ -126,9 +126,11 @@ def pytest_configure(config: pytest.Config) -> None:
     error instead of silent skips."""
     from replicad.binlog import decoder_choice
     from replicad.errors import CompiledDecoderMissingError
+    from replicad.sinks import writer_choice
 
     try:
         decoder_choice.check_required()
+        writer_choice.check_required()
     except CompiledDecoderMissingError as exc:
         raise pytest.UsageError(str(exc)) from exc
 

@@ -18,36 +18,8 @@ class ImageDecoder:
         pure_factory: Callable[[], Any] | None = None,
     ) -> None: ...
     def decode(self, body: Any, pos: int) -> tuple[dict[str, Any], int]: ...
-    def json_setup(
-        self, prefixes: Sequence[bytes], fallback: Callable[[int, Any], bytes]
-    ) -> None: ...
-    @property
-    def json_ready(self) -> bool: ...
-
-def encode_rows(
-    first: ImageDecoder,
-    second: ImageDecoder | None,
-    body: bytes,
-    pos: int,
-    kind: int,
-    head: bytes,
-    tails: tuple[bytes, ...],
-    row0: int,
-    key_mode: int,
-    key_names: tuple[bytes, ...],
-    key_first: tuple[int, ...],
-    key_second: tuple[int, ...],
-    const_key: bytes | None,
-    split: bool,
-    lines: bool,
-) -> tuple[Any, int]: ...
-def double_repr(d: float) -> bytes:
-    """repr(d) as bytes from the compiled shortest-digit search; ValueError if not finite."""
 
 def decode_rows(
     first: ImageDecoder, second: ImageDecoder | None, body: bytes, pos: int, insert: bool
 ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]] | None:
     """A ROWS event's (before, after) pairs in one call; None if an image does not fit."""
-
-def mysql_json_text(document: bytes) -> bytes | None:
-    """A binary JSON document as MySQL prints it, or None where Python must print it."""

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, embedsignature=True
-"""Compiled row-image decoder: the accelerated twin of the functions `codegen.py` generates.
+"""Compiled row decoder: the accelerated twin of the functions `codegen.py` generates.
 
 A layout is described once, in Python (`accel.py`), as a *plan*: one entry per present
 column ``(opcode name, arg1, arg2, arg3, obj, groups)``. `ImageDecoder.decode(body, pos)`
@@ -13,6 +13,10 @@ Every read is checked against ``len(body)`` first: a value that would run past t
 raises IndexError (which `RowsEvent.rows()` turns into a MalformedEventError); nothing is
 ever read outside `body`. Bodies that are not exactly `bytes` (memoryview, bytearray) and
 negative positions go to the pure-Python decoder, which defines their behaviour.
+
+The plan's C form, the decoder's fields and the readers are declared in _speedups.pxd: the
+message writer (replicad/sinks/_writer.pyx) cimports them to write row images as JSON
+without a Python call per value. This module knows nothing of messages.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
@@ -26,8 +30,8 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Decode, PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.math cimport isfinite, isinf
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
 
 import datetime as _dt
 from decimal import Context as _Context
@@ -46,137 +50,8 @@ cdef extern from "Python.h":
                                  PyObject *overflow_exception) except? -1.0
     dict _PyDict_NewPresized(Py_ssize_t minused)
     str PyUnicode_Join(object separator, object seq)
-
-cdef extern from *:
-    """
-    /* DECIMAL(p,s) -> "[-]digits[E-s]" for Decimal(): groups of base-10^9 digits, each in
-       1-4 big-endian bytes, sign bit flipped, all bits inverted when negative. Horner's
-       rule gives the same integer as codegen's sum of group * 10^(digits after it), even
-       for corrupt groups larger than their digit count. Returns the text length, or -1
-       when the layout needs wider integers than C has here (the caller uses Python ints). */
-    #include <stdio.h>
-    #include <string.h>
-    static const unsigned long long replicad_pow10[10] = {
-        1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
-        100000000ULL, 1000000000ULL};
-
-    static int replicad_u64_text(unsigned long long v, char *out) {
-        char tmp[24];
-        int n = 0, i;
-        do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
-        for (i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-        return n;
-    }
-
-    #ifdef __SIZEOF_INT128__
-    static int replicad_u128_text(unsigned __int128 v, char *out) {
-        char tmp[48];
-        int n = 0, i;
-        do { tmp[n++] = (char)('0' + (int)(v % 10)); v /= 10; } while (v);
-        for (i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-        return n;
-    }
-    #endif
-
-    /* width: 64 or 128 = the C integer the layout's largest possible value (computed in
-       accel.py from the group sizes, corrupt groups included) fits in. */
-    static int replicad_decimal_text(const unsigned char *p, int size, int ngroups,
-                                     const unsigned char *gbytes,
-                                     const unsigned char *gdigits, int width,
-                                     int scale, char *out) {
-        unsigned char b[40];
-        int positive, i, g, k, at = 0, len = 0;
-        if (size > 40) return -1;
-        positive = p[0] & 0x80;
-        for (i = 0; i < size; i++) b[i] = positive ? p[i] : (unsigned char)~p[i];
-        b[0] &= 0x7F;
-        if (width == 64) {
-            unsigned long long acc = 0;
-            for (g = 0; g < ngroups; g++) {
-                unsigned long long part = 0;
-                for (k = 0; k < gbytes[g]; k++) part = part << 8 | b[at++];
-                acc = acc * replicad_pow10[gdigits[g]] + part;
-            }
-            if (!positive && acc) out[len++] = '-';
-            len += replicad_u64_text(acc, out + len);
-        }
-    #ifdef __SIZEOF_INT128__
-        else if (width == 128) {
-            unsigned __int128 acc = 0;
-            for (g = 0; g < ngroups; g++) {
-                unsigned long long part = 0;
-                for (k = 0; k < gbytes[g]; k++) part = part << 8 | b[at++];
-                acc = acc * replicad_pow10[gdigits[g]] + part;
-            }
-            if (!positive && acc) out[len++] = '-';
-            len += replicad_u128_text(acc, out + len);
-        }
-    #endif
-        else {
-            return -1;
-        }
-        if (scale) {  /* "E-<scale>", scale < 100 (MySQL allows 30) */
-            out[len++] = 'E';
-            out[len++] = '-';
-            if (scale >= 10) out[len++] = (char)('0' + scale / 10 % 10);
-            out[len++] = (char)('0' + scale % 10);
-        }
-        return len;
-    }
-
-    /* Proleptic Gregorian date of a day count from 1970-01-01 (days >= 0). */
-    static void replicad_civil(long long days, int *y, int *m, int *d) {
-        long long z = days + 719468;
-        long long era = z / 146097;
-        long long doe = z - era * 146097;
-        long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-        long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        long long mp = (5 * doy + 2) / 153;
-        *d = (int)(doy - (153 * mp + 2) / 5 + 1);
-        *m = (int)(mp < 10 ? mp + 3 : mp - 9);
-        *y = (int)(yoe + era * 400 + (*m <= 2));
-    }
-    """
-    int replicad_decimal_text(const unsigned char *p, int size, int ngroups,
-                              const unsigned char *gbytes, const unsigned char *gdigits,
-                              int width, int scale, char *out)
-    void replicad_civil(long long days, int *y, int *m, int *d)
-
-
-cdef enum Op:
-    OP_CALL = 0
-    OP_I8
-    OP_U8
-    OP_I16
-    OP_U16
-    OP_I24
-    OP_U24
-    OP_I32
-    OP_U32
-    OP_I64
-    OP_U64
-    OP_DOUBLE
-    OP_FLOAT
-    OP_YEAR
-    OP_DECIMAL
-    OP_STR
-    OP_DATE
-    OP_DATETIME2
-    OP_TIMESTAMP2
-    OP_TIME2
-    OP_ENUM
-    OP_SET
-    OP_BIT
-    OP_NULL
-    OP_MYSQLJSON
-
-# text modes of OP_STR
-cdef enum Mode:
-    MODE_BYTES = 0   # the bytes as stored
-    MODE_UTF8 = 1    # str if valid UTF-8, else bytes
-    MODE_CODEC = 2   # str decoded with obj (codec name as bytes), else bytes
-    MODE_PADDED = 3  # bytes right-padded with zero bytes to arg3 (BINARY(n))
-    MODE_TABLE = 4   # a single-byte charset: obj = (decoding table str, JSON table bytes)
+    object PyUnicode_DecodeCharmap(const char *s, Py_ssize_t size, object mapping,
+                                   const char *errors)
 
 OPCODES = {
     "call": OP_CALL,
@@ -213,373 +88,16 @@ MODES = {
     "table": MODE_TABLE,
 }
 
-cdef struct ColOp:
-    int op
-    int arg1
-    int arg2
-    int arg3
-    int ngroups
-    unsigned char gbytes[16]
-    unsigned char gdigits[16]
-    const unsigned char *table  # MODE_TABLE: 256 entries of 8 bytes (accel.json_table)
-
 cdef object _UTC = _dt.UTC
 cdef object _DECIMAL = _Decimal
 cdef object _FORMAT_DATE = _format_date
 cdef object _FORMAT_DATETIME = _format_datetime
 cdef object _FLOAT32_SHORTEST = _py_float32_shortest
 cdef object _DECIMAL_CONTEXT = _Context(prec=100)
-cdef int _DAYS_IN_MONTH[16]
-_DAYS_IN_MONTH[:] = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31, 0, 0, 0]
 
 
-cdef int _overrun(Py_ssize_t pos, Py_ssize_t need, Py_ssize_t size) except -1:
+cdef int overrun(Py_ssize_t pos, Py_ssize_t need, Py_ssize_t size) except -1:
     raise IndexError(f"row image value of {need} bytes at {pos} runs past {size} bytes")
-
-
-cdef inline uint64_t _be(const unsigned char *q, int k) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(k):
-        v = v << 8 | q[i]
-    return v
-
-
-cdef inline uint64_t _le(const unsigned char *q, int k) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(k - 1, -1, -1):
-        v = v << 8 | q[i]
-    return v
-
-
-cdef inline int64_t _floordiv(int64_t a, int64_t b) noexcept nogil:
-    cdef int64_t q = a / b
-    if (a % b != 0) and ((a < 0) != (b < 0)):
-        q -= 1
-    return q
-
-
-cdef inline bint _valid_date(int64_t y, int64_t m, int64_t d) noexcept nogil:
-    cdef int dim
-    if y < 1 or y > 9999 or m < 1 or m > 12 or d < 1:
-        return False
-    dim = _DAYS_IN_MONTH[m]
-    if m == 2 and (y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)):
-        dim = 29
-    return d <= dim
-
-
-cdef extern from *:
-    """
-    /* repr(float) in C: the shortest decimal digits that read back as the double (the
-       digits Python's dtoa gives in its mode 0), found with the Ryu method (Ulf Adams,
-       PLDI 2018): the rounding interval's bounds and the value, scaled by a 125-bit
-       power of five, are narrowed one decimal digit at a time. About 10x faster than
-       dtoa's big-number arithmetic on 17-digit values. The power tables are filled from
-       Python integers when the module loads (replicad_shortest_init). */
-    #include <stdint.h>
-    #include <string.h>
-    #ifdef __SIZEOF_INT128__
-    #define REPLICAD_SHORTEST 1
-    #define REPLICAD_POW5 326
-    #define REPLICAD_POW5_INV 342
-    #define REPLICAD_POW5_BITS 125
-    static uint64_t replicad_pow5[REPLICAD_POW5][2];          /* lo, hi */
-    static uint64_t replicad_pow5_inv[REPLICAD_POW5_INV][2];  /* lo, hi */
-
-    static void replicad_shortest_set(int inverse, int i, uint64_t lo, uint64_t hi) {
-        uint64_t *slot = inverse ? replicad_pow5_inv[i] : replicad_pow5[i];
-        slot[0] = lo;
-        slot[1] = hi;
-    }
-
-    /* ceil(log2(5^e)) (1 for e = 0), floor(log10(2^e)), floor(log10(5^e)) */
-    static inline int32_t replicad_pow5_bits(int32_t e) {
-        return (int32_t)(((uint32_t)e * 1217359) >> 19) + 1;
-    }
-    static inline int32_t replicad_log10_pow2(int32_t e) {
-        return (int32_t)(((uint32_t)e * 78913) >> 18);
-    }
-    static inline int32_t replicad_log10_pow5(int32_t e) {
-        return (int32_t)(((uint32_t)e * 732923) >> 20);
-    }
-    static inline int replicad_times5(uint64_t v, int32_t p) {  /* 5^p divides v (v > 0) */
-        int32_t count = 0;
-        while (v % 5 == 0) { v /= 5; count++; }
-        return count >= p;
-    }
-    static inline int replicad_times2(uint64_t v, int32_t p) {  /* 2^p divides v */
-        return (v & ((1ULL << p) - 1)) == 0;
-    }
-    /* (m * factor) >> j, factor a 128-bit table entry, j >= 64 */
-    static inline uint64_t replicad_mul_shift(uint64_t m, const uint64_t *factor, int32_t j) {
-        unsigned __int128 low = (unsigned __int128)m * factor[0];
-        unsigned __int128 high = (unsigned __int128)m * factor[1];
-        return (uint64_t)(((low >> 64) + high) >> (j - 64));
-    }
-
-    /* A finite, non-zero double's shortest digits: *digits x 10^*exponent. */
-    static void replicad_shortest(uint64_t fraction, uint32_t biased, uint64_t *digits,
-                                  int32_t *exponent) {
-        int32_t e2, e10, q, i, j, k, removed = 0;
-        uint64_t m2, mv, vr, vp, vm, output;
-        uint32_t mm_shift;
-        int accept_bounds, vm_zeros = 0, vr_zeros = 0, last = 0, round_up = 0;
-        if (biased == 0) {
-            e2 = 1 - 1023 - 52 - 2;
-            m2 = fraction;
-        } else {
-            e2 = (int32_t)biased - 1023 - 52 - 2;
-            m2 = (1ULL << 52) | fraction;
-        }
-        accept_bounds = (m2 & 1) == 0;  /* an even mantissa owns its interval's ends */
-        mv = 4 * m2;
-        /* the lower bound is closer when the mantissa is a power of two (not subnormal) */
-        mm_shift = fraction != 0 || biased <= 1;
-        if (e2 >= 0) {
-            q = replicad_log10_pow2(e2) - (e2 > 3);
-            e10 = q;
-            k = REPLICAD_POW5_BITS + replicad_pow5_bits(q) - 1;
-            i = -e2 + q + k;
-            vr = replicad_mul_shift(4 * m2, replicad_pow5_inv[q], i);
-            vp = replicad_mul_shift(4 * m2 + 2, replicad_pow5_inv[q], i);
-            vm = replicad_mul_shift(4 * m2 - 1 - mm_shift, replicad_pow5_inv[q], i);
-            if (q <= 21) {  /* were the digits dropped by the scaling all zeros? */
-                if (mv % 5 == 0) {
-                    vr_zeros = replicad_times5(mv, q);
-                } else if (accept_bounds) {
-                    vm_zeros = replicad_times5(mv - 1 - mm_shift, q);
-                } else {
-                    vp -= replicad_times5(mv + 2, q);
-                }
-            }
-        } else {
-            q = replicad_log10_pow5(-e2) - (-e2 > 1);
-            e10 = q + e2;
-            i = -e2 - q;
-            k = replicad_pow5_bits(i) - REPLICAD_POW5_BITS;
-            j = q - k;
-            vr = replicad_mul_shift(4 * m2, replicad_pow5[i], j);
-            vp = replicad_mul_shift(4 * m2 + 2, replicad_pow5[i], j);
-            vm = replicad_mul_shift(4 * m2 - 1 - mm_shift, replicad_pow5[i], j);
-            if (q <= 1) {
-                vr_zeros = 1;
-                if (accept_bounds) {
-                    vm_zeros = mm_shift == 1;
-                } else {
-                    vp--;
-                }
-            } else if (q < 63) {
-                vr_zeros = replicad_times2(mv, q);
-            }
-        }
-        if (vm_zeros || vr_zeros) {  /* an exact end or value: ties need care */
-            while (vp / 10 > vm / 10) {
-                vm_zeros &= vm % 10 == 0;
-                vr_zeros &= last == 0;
-                last = (int)(vr % 10);
-                vr /= 10; vp /= 10; vm /= 10;
-                removed++;
-            }
-            if (vm_zeros) {
-                while (vm % 10 == 0) {
-                    vr_zeros &= last == 0;
-                    last = (int)(vr % 10);
-                    vr /= 10; vp /= 10; vm /= 10;
-                    removed++;
-                }
-            }
-            if (vr_zeros && last == 5 && vr % 2 == 0) last = 4;  /* half way: to even */
-            output = vr + ((vr == vm && (!accept_bounds || !vm_zeros)) || last >= 5);
-        } else {
-            while (vp / 10 > vm / 10) {
-                round_up = vr % 10 >= 5;
-                vr /= 10; vp /= 10; vm /= 10;
-                removed++;
-            }
-            output = vr + (vr == vm || round_up);
-        }
-        *digits = output;
-        *exponent = e10 + removed;
-    }
-
-    /* The shortest digits of a finite, non-zero double given by its bits, without leading
-       or trailing zeros, in digits (24 bytes); |d| = 0.digits x 10^*point. Returns the
-       number of digits. */
-    static int replicad_double_digits(uint64_t bits, char *digits, int32_t *point) {
-        uint64_t value;
-        int32_t e10;
-        char tmp[24];
-        int n, k = 24;
-        replicad_shortest(bits & ((1ULL << 52) - 1), (uint32_t)((bits >> 52) & 0x7ff),
-                          &value, &e10);
-        while (value % 10 == 0) { value /= 10; e10++; }
-        do { tmp[--k] = (char)('0' + value % 10); value /= 10; } while (value);
-        n = 24 - k;
-        memcpy(digits, tmp + k, n);
-        *point = n + e10;
-        return n;
-    }
-
-    static char *replicad_put_exponent(char *p, int32_t x) {
-        char tmp[8];
-        int k = 8;
-        if (x < 0) { *p++ = '-'; x = -x; }
-        do { tmp[--k] = (char)('0' + x % 10); x /= 10; } while (x);
-        memcpy(p, tmp + k, 8 - k);
-        return p + 8 - k;
-    }
-
-    /* A double as MySQL prints it inside a JSON document (my_gcvt with its 34-character
-       field, as jsonb._format_double): the shortest digits; fixed notation when the point
-       is within [-14, 15] places or the digits run past a point beyond 15, else d.ddde-x
-       with no '+'; ".0" after a whole number; "0.0" for what is not finite. out: 48 bytes. */
-    static int replicad_double_mysql(double d, char *out) {
-        uint64_t bits;
-        char digits[24];
-        int32_t point;
-        int n;
-        char *p = out;
-        memcpy(&bits, &d, 8);
-        if (((bits >> 52) & 0x7ff) == 0x7ff) {
-            memcpy(out, "0.0", 3);
-            return 3;
-        }
-        if (bits >> 63) *p++ = '-';
-        if ((bits & ~(1ULL << 63)) == 0) {
-            memcpy(p, "0.0", 3);
-            return (int)(p - out) + 3;
-        }
-        n = replicad_double_digits(bits, digits, &point);
-        if ((point >= -14 && point <= 15) || (n > point && point > 15)) {
-            if (point <= 0) {
-                *p++ = '0';
-                *p++ = '.';
-                memset(p, '0', -point);
-                p += -point;
-                memcpy(p, digits, n);
-                p += n;
-            } else if (point < n) {
-                memcpy(p, digits, point);
-                p += point;
-                *p++ = '.';
-                memcpy(p, digits + point, n - point);
-                p += n - point;
-            } else {
-                memcpy(p, digits, n);
-                p += n;
-                memset(p, '0', point - n);
-                p += point - n;
-                *p++ = '.';
-                *p++ = '0';
-            }
-        } else {
-            *p++ = digits[0];
-            if (n > 1) {
-                *p++ = '.';
-                memcpy(p, digits + 1, n - 1);
-                p += n - 1;
-            }
-            *p++ = 'e';
-            p = replicad_put_exponent(p, point - 1);
-        }
-        return (int)(p - out);
-    }
-
-    /* repr(d) for a finite d, in out (at least 32 bytes); returns the length. */
-    static int replicad_double_repr(double d, char *out) {
-        uint64_t bits;
-        int32_t point, x;
-        char digits[24];
-        int n;
-        char *p = out;
-        memcpy(&bits, &d, 8);
-        if (bits >> 63) *p++ = '-';
-        if ((bits & ~(1ULL << 63)) == 0) {
-            memcpy(p, "0.0", 3);
-            return (int)(p - out) + 3;
-        }
-        n = replicad_double_digits(bits, digits, &point);
-        if (point <= -4 || point > 16) {  /* float_repr_style 'short': exponent form */
-            *p++ = digits[0];
-            if (n > 1) {
-                *p++ = '.';
-                memcpy(p, digits + 1, n - 1);
-                p += n - 1;
-            }
-            x = point - 1;
-            *p++ = 'e';
-            *p++ = x < 0 ? '-' : '+';
-            if (x < 0) x = -x;
-            if (x >= 100) *p++ = (char)('0' + x / 100);
-            *p++ = (char)('0' + x / 10 % 10);
-            *p++ = (char)('0' + x % 10);
-        } else if (point <= 0) {
-            *p++ = '0';
-            *p++ = '.';
-            memset(p, '0', -point);
-            p += -point;
-            memcpy(p, digits, n);
-            p += n;
-        } else if (point >= n) {
-            memcpy(p, digits, n);
-            p += n;
-            memset(p, '0', point - n);
-            p += point - n;
-            *p++ = '.';
-            *p++ = '0';
-        } else {
-            memcpy(p, digits, point);
-            p += point;
-            *p++ = '.';
-            memcpy(p, digits + point, n - point);
-            p += n - point;
-        }
-        return (int)(p - out);
-    }
-    #else
-    #define REPLICAD_SHORTEST 0
-    static void replicad_shortest_set(int inverse, int i, uint64_t lo, uint64_t hi) {}
-    static int replicad_double_repr(double d, char *out) { return -1; }
-    static int replicad_double_mysql(double d, char *out) { return -1; }
-    #endif
-    """
-    const int REPLICAD_SHORTEST
-    void replicad_shortest_set(int inverse, int i, uint64_t lo, uint64_t hi)
-    int replicad_double_repr(double d, char *out)
-    int replicad_double_mysql(double d, char *out)
-
-
-cdef void _shortest_tables():
-    """The 125-bit scaled powers of five the shortest-digit search multiplies by: the top
-    125 bits of 5^i, and 2^(bitlength(5^i) - 1 + 125) // 5^i + 1 (rounded up so that the
-    truncated product never falls below the exact quotient)."""
-    mask = (1 << 64) - 1
-    power = 1  # a Python int: 5^i
-    for i in range(342):
-        length = power.bit_length()
-        if i < 326:
-            top = power >> (length - 125) if length > 125 else power << (125 - length)
-            replicad_shortest_set(0, i, top & mask, top >> 64)
-        inverse = (1 << (length - 1 + 125)) // power + 1
-        replicad_shortest_set(1, i, inverse & mask, inverse >> 64)
-        power *= 5
-
-
-if REPLICAD_SHORTEST:
-    _shortest_tables()
-
-
-def double_repr(double d) -> bytes:
-    """repr(d) as bytes, from the compiled shortest-digit search (for the tests: it must
-    equal repr() for every finite double)."""
-    cdef char text[40]
-    if not isfinite(d):
-        raise ValueError("not a finite double")
-    if not REPLICAD_SHORTEST:
-        return repr(d).encode()
-    return text[:replicad_double_repr(d, text)]
 
 
 cdef object _float32(const unsigned char *q):
@@ -613,7 +131,7 @@ cdef object _float32(const unsigned char *q):
     return PyFloat_FromDouble(value)
 
 
-cdef object _decimal(ColOp *op, const unsigned char *q, int size):
+cdef object decimal_value(ColOp *op, const unsigned char *q, int size):
     cdef char text[128]
     cdef int n = replicad_decimal_text(
         q, size, op.ngroups, op.gbytes, op.gdigits, op.arg3, op.arg2, text
@@ -648,10 +166,10 @@ cdef object _time2(int frac_len, int scale, const unsigned char *q):
     cdef int64_t hms, hours, minutes, seconds, micros, total, days, rest
     cdef bint negative
     if frac_len == 3:
-        packed = <int64_t>_be(q, 6) - 0x800000000000
+        packed = <int64_t>read_be(q, 6) - 0x800000000000
     else:
-        intpart = <int64_t>_be(q, 3) - 0x800000
-        frac = <int64_t>_be(q + 3, frac_len) if frac_len else 0
+        intpart = <int64_t>read_be(q, 3) - 0x800000
+        frac = <int64_t>read_be(q + 3, frac_len) if frac_len else 0
         if intpart < 0 and frac:
             intpart += 1
             frac -= (<int64_t>1) << (8 * frac_len)
@@ -667,7 +185,7 @@ cdef object _time2(int frac_len, int scale, const unsigned char *q):
     total = ((hours * 60 + minutes) * 60 + seconds) * 1000000 + micros
     if negative:
         total = -total
-    days = _floordiv(total, 86400000000)
+    days = floordiv(total, 86400000000)
     rest = total - days * 86400000000
     return timedelta_new(<int>days, <int>(rest // 1000000), <int>(rest % 1000000))
 
@@ -684,566 +202,6 @@ cdef object _set_members(uint64_t mask, object names):
     return PyUnicode_Join(",", members)
 
 
-# ---------------------------------------------------------------------- shared readers
-# What `_value` (Python values) and `_json` (JSON text) both read from a row image.
-
-cdef int _INT_SIZE[24]  # bytes of the integer opcodes, by opcode (OP_I8 = 1 .. OP_U64 = 10)
-_INT_SIZE[:] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 8, 8] + [0] * 13
-cdef bint _UNSIGNED_OP[24]  # the unsigned ones among them
-_UNSIGNED_OP[:] = [0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1] + [0] * 13
-
-
-cdef inline int64_t _sign_extend(uint64_t u, int nbytes) noexcept nogil:
-    cdef int shift = 64 - 8 * nbytes
-    return (<int64_t>(u << shift)) >> shift
-
-
-cdef inline const unsigned char *_text_at(ColOp *op, const unsigned char *p, Py_ssize_t size,
-                                          Py_ssize_t *ppos, Py_ssize_t *length) except NULL:
-    """A length-prefixed value (arg1 bytes of length) at ppos[0]: its bytes; ppos[0] moves
-    past it, length[0] is its size."""
-    cdef Py_ssize_t pos = ppos[0]
-    cdef Py_ssize_t need = op.arg1
-    cdef Py_ssize_t n
-    if need > size - pos:
-        _overrun(pos, need, size)
-    n = <Py_ssize_t>_le(p + pos, op.arg1)
-    pos += need
-    if n > size - pos:
-        _overrun(pos, n, size)
-    ppos[0] = pos + n
-    length[0] = n
-    return p + pos
-
-
-cdef inline bint _datetime2_fields(ColOp *op, const unsigned char *q, int64_t *f) noexcept:
-    """DATETIME2 (5 bytes + arg1 of fraction) into f = year, month, day, hour, minute,
-    second, microsecond; whether Python's datetime can hold it."""
-    cdef int64_t x = <int64_t>_be(q, 5) - 0x8000000000
-    cdef int64_t ymd = x >> 17
-    cdef int64_t ym = ymd >> 5
-    cdef int64_t hms = x & 0x1FFFF
-    f[0] = _floordiv(ym, 13)
-    f[1] = ym - f[0] * 13
-    f[2] = ymd & 31
-    f[3] = hms >> 12
-    f[4] = (hms >> 6) & 63
-    f[5] = hms & 63
-    f[6] = <int64_t>_be(q + 5, op.arg1) * op.arg2
-    return (
-        _valid_date(f[0], f[1], f[2]) and f[3] < 24 and f[4] < 60 and f[5] < 60 and f[6] <= 999999
-    )
-
-
-# ---------------------------------------------------------------------- JSON text writers
-# What `encode_rows` writes must be byte-for-byte what the envelope's pure path (orjson with
-# `envelope._default`) writes for the decoded values; tests compare the two on every type.
-
-cdef extern from "Python.h":
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
-    object PyUnicode_DecodeCharmap(const char *s, Py_ssize_t size, object mapping,
-                                   const char *errors)
-    void *PyMem_Realloc(void *p, size_t n)
-
-cdef struct Buf:
-    char *data
-    Py_ssize_t len
-    Py_ssize_t cap
-
-
-cdef const char *_HEX = b"0123456789abcdef"
-cdef const char *_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-
-cdef int _reserve(Buf *b, Py_ssize_t need) except -1:
-    cdef Py_ssize_t cap
-    cdef char *data
-    if b.len + need <= b.cap:
-        return 0
-    cap = b.cap * 2 if b.cap else 4096
-    while cap < b.len + need:
-        cap *= 2
-    data = <char *>PyMem_Realloc(b.data, cap)
-    if data == NULL:
-        raise MemoryError()
-    b.data = data
-    b.cap = cap
-    return 0
-
-
-cdef inline int _put(Buf *b, const char *s, Py_ssize_t n) except -1:
-    if b.len + n > b.cap:
-        _reserve(b, n)
-    memcpy(b.data + b.len, s, n)
-    b.len += n
-    return 0
-
-
-cdef inline int _put_bytes(Buf *b, bytes s) except -1:
-    return _put(b, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
-
-
-cdef int _put_u64(Buf *b, uint64_t v) except -1:
-    cdef char tmp[24]
-    cdef int n = 0
-    while True:
-        tmp[23 - n] = <char>(48 + v % 10)
-        n += 1
-        v //= 10
-        if not v:
-            break
-    return _put(b, tmp + 24 - n, n)
-
-
-cdef int _put_i64(Buf *b, int64_t v) except -1:
-    if v < 0:
-        _put(b, b"-", 1)
-        return _put_u64(b, <uint64_t>0 - <uint64_t>v)
-    return _put_u64(b, <uint64_t>v)
-
-
-cdef int _put_double(Buf *b, double d) except -1:
-    """orjson's text of a float: Python's repr, except that an exponent of -5 is written out
-    in full (1e-05 -> 0.00001) and other negative exponents lose their leading zero."""
-    cdef char *text
-    cdef char fast[40]
-    if not isfinite(d):
-        return _put(b, b"null", 4)
-    if REPLICAD_SHORTEST:
-        return _put_repr_as_orjson(b, fast, replicad_double_repr(d, fast))
-    text = PyOS_double_to_string(d, c'r', 0, 2, NULL)  # 2: Py_DTSF_ADD_DOT_0, as repr()
-    try:
-        return _put_repr_as_orjson(b, text, len(text))
-    finally:
-        PyMem_Free(text)
-
-
-cdef int _put_repr_as_orjson(Buf *b, const char *text, Py_ssize_t n) except -1:
-    cdef const char *e = NULL
-    cdef Py_ssize_t i
-    cdef int exponent = 0
-    for i in range(n):
-        if text[i] == c'e':
-            e = text + i
-            break
-    if e == NULL or e[1] != c'-':
-        return _put(b, text, n)
-    for i in range(e - text + 2, n):
-        exponent = exponent * 10 + (text[i] - 48)
-    if exponent != 5:
-        _put(b, text, e - text + 2)
-        return _put_u64(b, <uint64_t>exponent)
-    if text[0] == c'-':
-        _put(b, b"-0.0000", 7)
-    else:
-        _put(b, b"0.0000", 6)
-    for i in range(e - text):
-        if text[i] != c'.' and text[i] != c'-':
-            _put(b, text + i, 1)
-    return 0
-
-
-# ------------------------------------------------------------------ MySQL JSON documents
-# A MySQL JSON column's binary document (json_binary.cc) written as the text MySQL prints,
-# as jsonb.decode_json + jsonb.to_mysql_json_text do on the pure path: ", " and ": "
-# separators, keys in stored order, strings escaped as orjson and json.encoder do, integers,
-# doubles as my_gcvt prints them, null/true/false. Anything else - opaque values (DECIMAL,
-# dates and times, other MySQL types), strings or keys that are not UTF-8, objects whose keys
-# are not in MySQL's strictly increasing order (so no duplicates pass unseen), nesting past
-# jsonb.MAX_JSON_DEPTH, any offset or length out of bounds - returns 0 with the buffer as it
-# was: the column then goes through the Python decoder, which prints it or raises the error
-# that names it.
-
-cdef enum:
-    JSONB_MAX_DEPTH = 100  # jsonb.MAX_JSON_DEPTH
-
-
-cdef inline uint32_t _jsonb_u(const unsigned char *q, int width) noexcept:
-    return <uint32_t>_le(q, width)
-
-
-cdef bint _put_mysql_json_column(Buf *out, int length_bytes, const unsigned char *q,
-                                 Py_ssize_t room) except -1:
-    """The column at q (its length, then the document), `room` bytes left in the event."""
-    cdef Py_ssize_t n, start = out.len
-    cdef bint ok
-    if length_bytes > room:
-        return 0
-    n = <Py_ssize_t>_le(q, length_bytes)
-    if n > room - length_bytes:
-        return 0
-    q += length_bytes
-    # A document that is JSON null (empty: what MySQL stores for a NULL forced into a NOT
-    # NULL column; or the literal) is left to Python: it is not SQL NULL, and the envelope
-    # says so per row (docs/consumers.md, "JSON null"), which only the row path writes.
-    if n == 0 or (q[0] == 4 and n >= 2 and q[1] == 0):
-        return 0
-    if q[0] <= 3:
-        ok = _jsonb_container(out, q, 1, n, q[0] & 1, q[0] <= 1, 1)
-    else:
-        ok = _jsonb_scalar(out, q, q[0], 1, n)
-    if not ok:
-        out.len = start
-    return ok
-
-
-cdef bint _jsonb_container(Buf *out, const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
-                           bint large, bint is_object, int depth) except -1:
-    cdef int width = 4 if large else 2
-    cdef Py_ssize_t count, size, entries_at, values_at, header_end, first_data, i
-    cdef Py_ssize_t key_at, key_length, previous_at = 0, previous_length = -1, entry
-    cdef Py_ssize_t raw, container_end
-    cdef int t, c
-    if depth > JSONB_MAX_DEPTH or end - pos < 2 * width:
-        return 0
-    count = _jsonb_u(d + pos, width)
-    size = _jsonb_u(d + pos + width, width)
-    if size > end - pos:
-        return 0
-    entries_at = pos + 2 * width
-    values_at = entries_at + count * (width + 2) if is_object else entries_at
-    header_end = values_at + count * (1 + width)
-    if header_end - pos > size:
-        return 0
-    container_end = pos + size
-    first_data = header_end - pos
-    _put(out, b"{" if is_object else b"[", 1)
-    for i in range(count):
-        if i:
-            _put(out, b", ", 2)
-        if is_object:
-            entry = entries_at + i * (width + 2)
-            key_at = _jsonb_u(d + entry, width)
-            key_length = _jsonb_u(d + entry + width, 2)
-            if key_at < first_data or key_at + key_length > size:
-                return 0
-            if previous_length >= 0:  # MySQL's order: shorter keys first, then bytewise
-                if key_length < previous_length:
-                    return 0
-                if key_length == previous_length:
-                    c = memcmp(d + pos + previous_at, d + pos + key_at, key_length)
-                    if c >= 0:
-                        return 0
-            previous_at, previous_length = key_at, key_length
-            if not (_ascii(d + pos + key_at, key_length)
-                    or _valid_utf8(d + pos + key_at, key_length)):
-                return 0
-            _put_json_text(out, d + pos + key_at, key_length)
-            _put(out, b": ", 2)
-        entry = values_at + i * (1 + width)
-        t = d[entry]
-        raw = _jsonb_u(d + entry + 1, width)
-        if t == 0x04:  # literal
-            if not _jsonb_literal(out, raw & 0xFF):
-                return 0
-        elif t == 0x05:  # int16
-            _put_i64(out, <int16_t>(raw & 0xFFFF))
-        elif t == 0x06:  # uint16
-            _put_u64(out, raw & 0xFFFF)
-        elif large and t == 0x07:  # int32
-            _put_i64(out, <int32_t><uint32_t>raw)
-        elif large and t == 0x08:  # uint32
-            _put_u64(out, <uint32_t>raw)
-        else:
-            if raw < first_data or raw >= size:
-                return 0
-            if t <= 3:
-                if not _jsonb_container(out, d, pos + raw, container_end, t & 1, t <= 1,
-                                        depth + 1):
-                    return 0
-            elif not _jsonb_scalar(out, d, t, pos + raw, container_end):
-                return 0
-    _put(out, b"}" if is_object else b"]", 1)
-    return 1
-
-
-cdef bint _jsonb_literal(Buf *out, Py_ssize_t literal) except -1:
-    if literal == 0:
-        _put(out, b"null", 4)
-    elif literal == 1:
-        _put(out, b"true", 4)
-    elif literal == 2:
-        _put(out, b"false", 5)
-    else:
-        return 0
-    return 1
-
-
-cdef bint _jsonb_scalar(Buf *out, const unsigned char *d, int t, Py_ssize_t pos,
-                        Py_ssize_t end) except -1:
-    cdef Py_ssize_t length, start, i
-    cdef int need
-    cdef double value
-    cdef char text[48]
-    cdef unsigned char byte
-    if t == 0x0C:  # string: a 7-bits-per-byte length (at most 5 bytes, 32 bits), UTF-8
-        if pos >= end:
-            return 0
-        length = 0
-        i = 0
-        while True:
-            if pos + i >= end or i == 5:
-                return 0
-            byte = d[pos + i]
-            length |= <Py_ssize_t>(byte & 0x7F) << (7 * i)
-            i += 1
-            if not byte & 0x80:
-                break
-        if length > 0xFFFFFFFF:
-            return 0
-        start = pos + i
-        if length > end - start:
-            return 0
-        if not (_ascii(d + start, length) or _valid_utf8(d + start, length)):
-            return 0
-        _put_json_text(out, d + start, length)
-        return 1
-    if t == 0x04:
-        return pos < end and _jsonb_literal(out, d[pos])
-    need = (2 if t <= 0x06 else 4 if t <= 0x08 else 8) if 0x05 <= t <= 0x0B else 0
-    if need == 0 or need > end - pos:
-        return 0  # opaque values and unknown types: Python's
-    if t == 0x05:
-        _put_i64(out, <int16_t>_le(d + pos, 2))
-    elif t == 0x06:
-        _put_u64(out, _le(d + pos, 2))
-    elif t == 0x07:
-        _put_i64(out, <int32_t>_le(d + pos, 4))
-    elif t == 0x08:
-        _put_u64(out, _le(d + pos, 4))
-    elif t == 0x09:
-        _put_i64(out, <int64_t>_le(d + pos, 8))
-    elif t == 0x0A:
-        _put_u64(out, _le(d + pos, 8))
-    else:
-        if not REPLICAD_SHORTEST:
-            return 0
-        memcpy(&value, d + pos, 8)
-        _put(out, text, replicad_double_mysql(value, text))
-    return 1
-
-
-def mysql_json_text(bytes document) -> bytes:
-    """A binary JSON document as the compiled writer prints it, or None where it leaves the
-    document to Python (for the tests: it must equal jsonb.to_mysql_json_text)."""
-    cdef Buf out
-    out.data = NULL
-    out.len = out.cap = 0
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(document)
-    cdef bytes column = bytes((n & 0xFF, n >> 8 & 0xFF, n >> 16 & 0xFF, n >> 24 & 0xFF)) + document
-    try:
-        if not _put_mysql_json_column(&out, 4, <const unsigned char *>PyBytes_AS_STRING(column),
-                                      PyBytes_GET_SIZE(column)):
-            return None
-        return PyBytes_FromStringAndSize(out.data, out.len)
-    finally:
-        PyMem_Free(out.data)
-
-
-cdef int _put_decimal(Buf *b, ColOp *op, const unsigned char *q) except -2:
-    """values.decimal_text in quotes (plain digits with the column's scale, as MySQL prints
-    them) for a DECIMAL with a C-sized coefficient; -1 (nothing written) for a wider one."""
-    cdef char text[64]
-    cdef int n = replicad_decimal_text(q, op.arg1, op.ngroups, op.gbytes, op.gdigits, op.arg3,
-                                       0, text)
-    cdef int scale = op.arg2
-    cdef int sign = 1 if text[0] == c'-' else 0
-    cdef int digits = n - sign
-    cdef int i
-    if n < 0:
-        return -1
-    _put(b, b'"', 1)
-    if sign:
-        _put(b, b"-", 1)
-    if scale == 0:
-        _put(b, text + sign, digits)
-    elif digits > scale:
-        _put(b, text + sign, digits - scale)
-        _put(b, b".", 1)
-        _put(b, text + sign + digits - scale, scale)
-    else:
-        _put(b, b"0.", 2)
-        for i in range(scale - digits):
-            _put(b, b"0", 1)
-        _put(b, text + sign, digits)
-    _put(b, b'"', 1)
-    return 0
-
-
-cdef inline void _digits(char *at, int v, int width) noexcept:
-    cdef int i
-    for i in range(width - 1, -1, -1):
-        at[i] = <char>(48 + v % 10)
-        v //= 10
-
-
-cdef int _put_date(Buf *b, int y, int m, int d, bint close) except -1:
-    cdef char t[12]
-    t[0] = c'"'
-    _digits(t + 1, y, 4)
-    t[5] = c'-'
-    _digits(t + 6, m, 2)
-    t[8] = c'-'
-    _digits(t + 9, d, 2)
-    t[11] = c'"'
-    return _put(b, t, 12 if close else 11)
-
-
-cdef int _put_datetime(Buf *b, int y, int mo, int d, int h, int mi, int s, int us,
-                       bint utc) except -1:
-    """orjson's datetime: the microseconds only when not 0, 'Z' for UTC (OPT_UTC_Z)."""
-    cdef char t[20]
-    _put_date(b, y, mo, d, False)
-    t[0] = c'T'
-    _digits(t + 1, h, 2)
-    t[3] = c':'
-    _digits(t + 4, mi, 2)
-    t[6] = c':'
-    _digits(t + 7, s, 2)
-    n = 9
-    if us:
-        t[9] = c'.'
-        _digits(t + 10, us, 6)
-        n = 16
-    if utc:
-        t[n] = c'Z'
-        n += 1
-    t[n] = c'"'
-    return _put(b, t, n + 1)
-
-
-cdef int _put_base64(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
-    cdef Py_ssize_t i
-    cdef char *o
-    cdef uint32_t v
-    _reserve(b, (n + 2) // 3 * 4 + 2)
-    o = b.data + b.len
-    o[0] = c'"'
-    o += 1
-    i = 0
-    while i + 3 <= n:
-        v = (<uint32_t>q[i] << 16) | (<uint32_t>q[i + 1] << 8) | q[i + 2]
-        o[0] = _B64[v >> 18]
-        o[1] = _B64[(v >> 12) & 63]
-        o[2] = _B64[(v >> 6) & 63]
-        o[3] = _B64[v & 63]
-        o += 4
-        i += 3
-    if n - i == 1:
-        v = <uint32_t>q[i] << 16
-        o[0] = _B64[v >> 18]
-        o[1] = _B64[(v >> 12) & 63]
-        o[2] = c'='
-        o[3] = c'='
-        o += 4
-    elif n - i == 2:
-        v = (<uint32_t>q[i] << 16) | (<uint32_t>q[i + 1] << 8)
-        o[0] = _B64[v >> 18]
-        o[1] = _B64[(v >> 12) & 63]
-        o[2] = _B64[(v >> 6) & 63]
-        o[3] = c'='
-        o += 4
-    o[0] = c'"'
-    b.len = o + 1 - b.data
-    return 0
-
-
-cdef int _put_json_text(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
-    """Valid UTF-8 as a JSON string the way orjson escapes it: quote, backslash, and the
-    control characters below 0x20 (short forms where JSON has them); nothing else."""
-    cdef Py_ssize_t i
-    cdef unsigned char c
-    cdef char *o
-    _reserve(b, 6 * n + 2)
-    o = b.data + b.len
-    o[0] = c'"'
-    o += 1
-    for i in range(n):
-        c = q[i]
-        if c >= 0x20 and c != 0x22 and c != 0x5C:
-            o[0] = <char>c
-            o += 1
-            continue
-        o[0] = c'\\'
-        if c == 0x22 or c == 0x5C:
-            o[1] = <char>c
-        elif c == 0x0A:
-            o[1] = c'n'
-        elif c == 0x09:
-            o[1] = c't'
-        elif c == 0x0D:
-            o[1] = c'r'
-        elif c == 0x08:
-            o[1] = c'b'
-        elif c == 0x0C:
-            o[1] = c'f'
-        else:
-            o[1] = c'u'
-            o[2] = c'0'
-            o[3] = c'0'
-            o[4] = _HEX[c >> 4]
-            o[5] = _HEX[c & 15]
-            o += 4
-        o += 2
-    o[0] = c'"'
-    b.len = o + 1 - b.data
-    return 0
-
-
-cdef bint _put_table_text(Buf *b, const unsigned char *table, const unsigned char *q,
-                          Py_ssize_t n) except -1:
-    """Single-byte text as a JSON string through its charset's table (accel.json_table:
-    per byte, the character's JSON text as orjson escapes it, then its length); False with
-    nothing written when a byte is undefined in the charset (the value is bytes then)."""
-    cdef Py_ssize_t i, start = b.len
-    cdef const unsigned char *e
-    cdef char *o
-    _reserve(b, 7 * n + 2 + 8)  # each entry is copied whole (8 bytes), its length kept
-    o = b.data + b.len
-    o[0] = c'"'
-    o += 1
-    for i in range(n):
-        e = table + 8 * q[i]
-        if e[7] == 0:
-            b.len = start
-            return False
-        memcpy(o, e, 8)
-        o += e[7]
-    o[0] = c'"'
-    b.len = o + 1 - b.data
-    return True
-
-
-cdef inline bint _ascii(const unsigned char *q, Py_ssize_t n) noexcept:
-    cdef Py_ssize_t i
-    for i in range(n):
-        if q[i] & 0x80:
-            return False
-    return True
-
-
-cdef bint _valid_utf8(const unsigned char *q, Py_ssize_t n):
-    """Exactly the strings Python's strict UTF-8 decoder accepts (the pure path's test)."""
-    try:
-        PyUnicode_DecodeUTF8(<char *>q, n, NULL)
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-cdef int _put_str(Buf *b, str s) except -1:
-    cdef Py_ssize_t n
-    cdef const char *q = PyUnicode_AsUTF8AndSize(s, &n)
-    return _put_json_text(b, <const unsigned char *>q, n)
-
-
-cdef int _put_fallback(Buf *b, object fallback, Py_ssize_t i, object value) except -1:
-    cdef object text = fallback(i, value)
-    if not PyBytes_CheckExact(text):
-        raise TypeError("the JSON fallback must return bytes")
-    return _put_bytes(b, <bytes>text)
-
-
 cdef _check_tables(object obj):
     """A MODE_TABLE column's (decoding table, JSON table): 256 characters (U+FFFE for an
     undefined byte), and 256 entries of at most 7 bytes of text and their length."""
@@ -1256,18 +214,8 @@ cdef _check_tables(object obj):
 
 
 cdef class ImageDecoder:
-    """One row-image layout compiled to a plan; `decode(body, pos) -> (row, next_pos)`."""
-
-    cdef ColOp *ops
-    cdef Py_ssize_t ncols
-    cdef Py_ssize_t null_bytes
-    cdef tuple names
-    cdef tuple objs
-    cdef object pure_factory
-    cdef object pure
-    cdef readonly tuple plan
-    cdef tuple json_prefixes
-    cdef object json_fallback
+    """One row-image layout compiled to a plan; `decode(body, pos) -> (row, next_pos)`.
+    Its fields are declared in _speedups.pxd, which the message writer cimports."""
 
     def __cinit__(self, names, plan, pure_factory=None):
         cdef Py_ssize_t i
@@ -1372,7 +320,7 @@ cdef class ImageDecoder:
         q = p + (pos if pos <= size else size)  # never dereferenced before a length check
         k = op.op
         if k == OP_STR:
-            q = _text_at(op, p, size, &pos, &n)
+            q = text_at(op, p, size, &pos, &n)
             if op.arg2 == MODE_UTF8:
                 try:
                     value = PyUnicode_DecodeUTF8(<char *>q, n, NULL)
@@ -1400,33 +348,33 @@ cdef class ImageDecoder:
                 except UnicodeDecodeError:
                     value = PyBytes_FromStringAndSize(<char *>q, n)
         elif k >= OP_I8 and k <= OP_U64:
-            need = _INT_SIZE[k]
+            need = int_size(k)
             if need > size - pos:
-                _overrun(pos, need, size)
-            u = _le(q, <int>need)
+                overrun(pos, need, size)
+            u = read_le(q, <int>need)
             pos += need
-            if _UNSIGNED_OP[k]:
+            if unsigned_int(k):
                 value = PyLong_FromUnsignedLongLong(u)
             else:
-                value = PyLong_FromLongLong(_sign_extend(u, <int>need))
+                value = PyLong_FromLongLong(sign_extend(u, <int>need))
         elif k == OP_DOUBLE:
             if 8 > size - pos:
-                _overrun(pos, 8, size)
+                overrun(pos, 8, size)
             memcpy(&d, q, 8)
             value = PyFloat_FromDouble(d)
             pos += 8
         elif k == OP_DECIMAL:
             need = op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
-            value = _decimal(op, q, op.arg1)
+                overrun(pos, need, size)
+            value = decimal_value(op, q, op.arg1)
             pos += need
         elif k == OP_DATETIME2:
             need = 5 + op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
+                overrun(pos, need, size)
             pos += need
-            if _datetime2_fields(op, q, f):
+            if datetime2_fields(op, q, f):
                 value = datetime_new(
                     <int>f[0], <int>f[1], <int>f[2], <int>f[3], <int>f[4], <int>f[5], <int>f[6], None
                 )
@@ -1435,9 +383,9 @@ cdef class ImageDecoder:
         elif k == OP_TIMESTAMP2:
             need = 4 + op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
-            u = _be(q, 4)
-            us = <long long>_be(q + 4, op.arg1) * op.arg2
+                overrun(pos, need, size)
+            u = read_be(q, 4)
+            us = <long long>read_be(q + 4, op.arg1) * op.arg2
             pos += need
             if u or us:
                 if us > 999999:
@@ -1452,19 +400,19 @@ cdef class ImageDecoder:
                 value = <object>PyTuple_GET_ITEM(self.objs, i)
         elif k == OP_DATE:
             if 3 > size - pos:
-                _overrun(pos, 3, size)
-            u = _le(q, 3)
+                overrun(pos, 3, size)
+            u = read_le(q, 3)
             pos += 3
             year, month, day = u >> 9, (u >> 5) & 15, u & 31
-            if _valid_date(year, month, day):
+            if valid_date(year, month, day):
                 value = date_new(<int>year, <int>month, <int>day)
             else:
                 value = _FORMAT_DATE(year, month, day)
         elif k == OP_ENUM:
             need = op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
-            u = _le(q, op.arg1)
+                overrun(pos, need, size)
+            u = read_le(q, op.arg1)
             pos += need
             obj = <object>PyTuple_GET_ITEM(self.objs, i)
             if obj is None:
@@ -1480,25 +428,25 @@ cdef class ImageDecoder:
             value, pos = obj(body, pos)
         elif k == OP_FLOAT:
             if 4 > size - pos:
-                _overrun(pos, 4, size)
+                overrun(pos, 4, size)
             value = _float32(q)
             pos += 4
         elif k == OP_TIME2:
             need = 3 + op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
+                overrun(pos, need, size)
             value = _time2(op.arg1, op.arg2, q)
             pos += need
         elif k == OP_YEAR:
             if 1 > size - pos:
-                _overrun(pos, 1, size)
+                overrun(pos, 1, size)
             value = PyLong_FromLong(q[0] + 1900 if q[0] else 0)
             pos += 1
         elif k == OP_SET:
             need = op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
-            u = _le(q, op.arg1)
+                overrun(pos, need, size)
+            u = read_le(q, op.arg1)
             pos += need
             obj = <object>PyTuple_GET_ITEM(self.objs, i)
             if obj is None:
@@ -1508,8 +456,8 @@ cdef class ImageDecoder:
         elif k == OP_BIT:
             need = op.arg1
             if need > size - pos:
-                _overrun(pos, need, size)
-            value = PyLong_FromUnsignedLongLong(_be(q, op.arg1))
+                overrun(pos, need, size)
+            value = PyLong_FromUnsignedLongLong(read_be(q, op.arg1))
             pos += need
         elif k == OP_NULL:
             value = None
@@ -1532,7 +480,7 @@ cdef class ImageDecoder:
         cdef tuple names = self.names
         cdef dict row
         if self.null_bytes > size - pos:
-            _overrun(pos, self.null_bytes, size)
+            overrun(pos, self.null_bytes, size)
         nulls = p + pos
         pos += self.null_bytes
         row = _PyDict_NewPresized(self.ncols)
@@ -1545,222 +493,6 @@ cdef class ImageDecoder:
             )
         ppos[0] = pos
         return row
-
-    # ------------------------------------------------------------------ JSON encoding
-
-    def json_setup(self, prefixes, fallback):
-        """Ready this layout for `encode_rows`: `prefixes[i]` is the JSON text before column
-        i's value (``{"name":`` for the first, ``,"name":`` after); `fallback(i, value)` gives
-        the JSON bytes of a value the native writers do not cover (JSON documents, TIME,
-        SET, zero dates, wide DECIMALs, text in other charsets), exactly as the envelope's
-        pure path writes it."""
-        if len(prefixes) != self.ncols:
-            raise ValueError("one prefix per column")
-        self.json_prefixes = tuple(prefixes)
-        self.json_fallback = fallback
-
-    @property
-    def json_ready(self):
-        return self.json_prefixes is not None
-
-    cdef int _json(self, bytes body, const unsigned char *p, Py_ssize_t size, Py_ssize_t *ppos,
-                   Buf *out, Py_ssize_t *spans, unsigned char *kinds) except -1:
-        """Append the row image at ppos[0] as a JSON object to `out` (the bytes orjson writes
-        for the decoded row); spans[2i], spans[2i+1]: where column i's value text lies in
-        `out`; kinds[i]: 1 when a text column came out as base64 (not valid in its charset),
-        so that equal texts of different Python types never compare equal."""
-        cdef const unsigned char *nulls
-        cdef const unsigned char *q
-        cdef ColOp *op
-        cdef Py_ssize_t i, n, need
-        cdef Py_ssize_t pos = ppos[0]
-        cdef int k
-        cdef uint64_t u
-        cdef int64_t year, month, day
-        cdef int64_t f[7]
-        cdef long long us
-        cdef double d
-        cdef int yy, mm, dd
-        cdef bytes prefix
-        cdef object value
-        if self.ncols == 0:
-            _put(out, b"{}", 2)
-            return 0
-        if self.null_bytes > size - pos:
-            _overrun(pos, self.null_bytes, size)
-        nulls = p + pos
-        pos += self.null_bytes
-        for i in range(self.ncols):
-            prefix = <bytes>PyTuple_GET_ITEM(self.json_prefixes, i)
-            _put(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix))
-            spans[2 * i] = out.len
-            kinds[i] = 0
-            if nulls[i >> 3] >> (i & 7) & 1:
-                _put(out, b"null", 4)
-                spans[2 * i + 1] = out.len
-                continue
-            op = &self.ops[i]
-            q = p + (pos if pos <= size else size)  # never dereferenced before a length check
-            k = op.op
-            if k == OP_STR and op.arg2 == MODE_UTF8:
-                q = _text_at(op, p, size, &pos, &n)
-                if _ascii(q, n) or _valid_utf8(q, n):
-                    _put_json_text(out, q, n)
-                else:
-                    kinds[i] = 1
-                    _put_base64(out, q, n)
-            elif k == OP_STR and op.arg2 == MODE_TABLE:
-                q = _text_at(op, p, size, &pos, &n)
-                if not _put_table_text(out, op.table, q, n):
-                    kinds[i] = 1
-                    _put_base64(out, q, n)
-            elif k == OP_STR and (op.arg2 == MODE_BYTES or op.arg2 == MODE_PADDED):
-                q = _text_at(op, p, size, &pos, &n)
-                if op.arg2 == MODE_PADDED and n < op.arg3:
-                    value = PyBytes_FromStringAndSize(NULL, op.arg3)
-                    memcpy(PyBytes_AS_STRING(value), q, n)
-                    memset(PyBytes_AS_STRING(value) + n, 0, op.arg3 - n)
-                    _put_base64(out, <const unsigned char *>PyBytes_AS_STRING(value), op.arg3)
-                else:
-                    _put_base64(out, q, n)
-            elif k >= OP_I8 and k <= OP_U64:
-                need = _INT_SIZE[k]
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                u = _le(q, <int>need)
-                pos += need
-                if _UNSIGNED_OP[k]:
-                    _put_u64(out, u)
-                else:
-                    _put_i64(out, _sign_extend(u, <int>need))
-            elif k == OP_DOUBLE:
-                if 8 > size - pos:
-                    _overrun(pos, 8, size)
-                memcpy(&d, q, 8)
-                pos += 8
-                _put_double(out, d)
-            elif k == OP_DECIMAL and op.arg3:
-                need = op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                if _put_decimal(out, op, q) < 0:
-                    value = _decimal(op, q, op.arg1)
-                    _put_fallback(out, self.json_fallback, i, value)
-                pos += need
-            elif k == OP_DATETIME2:
-                need = 5 + op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                if _datetime2_fields(op, q, f):
-                    pos += need
-                    _put_datetime(out, <int>f[0], <int>f[1], <int>f[2], <int>f[3], <int>f[4],
-                                  <int>f[5], <int>f[6], False)
-                else:
-                    _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
-            elif k == OP_TIMESTAMP2:
-                need = 4 + op.arg1
-                if need > size - pos:
-                    _overrun(pos, need, size)
-                u = _be(q, 4)
-                us = <long long>_be(q + 4, op.arg1) * op.arg2
-                if (u or us) and us <= 999999:
-                    pos += need
-                    replicad_civil(<long long>(u // 86400), &yy, &mm, &dd)
-                    u = u % 86400
-                    _put_datetime(out, yy, mm, dd, <int>(u // 3600), <int>(u // 60 % 60),
-                                  <int>(u % 60), <int>us, True)
-                else:
-                    _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
-            elif k == OP_DATE:
-                if 3 > size - pos:
-                    _overrun(pos, 3, size)
-                u = _le(q, 3)
-                year, month, day = u >> 9, (u >> 5) & 15, u & 31
-                if _valid_date(year, month, day):
-                    pos += 3
-                    _put_date(out, <int>year, <int>month, <int>day, True)
-                else:
-                    _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
-            elif k == OP_YEAR or k == OP_BIT or k == OP_NULL:
-                # small integers (or null): orjson's text of the decoded value
-                value = self._value(i, body, p, size, &pos)
-                if value is None:
-                    _put(out, b"null", 4)
-                else:
-                    _put_u64(out, <uint64_t>value)
-            elif k == OP_ENUM or k == OP_STR:
-                # ENUM members, text in other charsets: str, else bytes (base64)
-                value = self._value(i, body, p, size, &pos)
-                if type(value) is str:
-                    _put_str(out, <str>value)
-                else:
-                    kinds[i] = k == OP_STR
-                    _put_fallback(out, self.json_fallback, i, value)
-            elif k == OP_MYSQLJSON and _put_mysql_json_column(out, op.arg1, q, size - pos):
-                pos += op.arg1 + <Py_ssize_t>_le(q, op.arg1)
-            else:
-                _put_fallback(out, self.json_fallback, i, self._value(i, body, p, size, &pos))
-            spans[2 * i + 1] = out.len
-        _put(out, b"}", 1)
-        ppos[0] = pos
-        return 0
-
-
-cdef bint _same_text(Buf *a, Py_ssize_t *sa, unsigned char *ka, Py_ssize_t ia,
-                     Buf *b, Py_ssize_t *sb, unsigned char *kb, Py_ssize_t ib) noexcept:
-    """Whether key column ia of image a and ib of image b have equal values: equal JSON text
-    of the same kind (-1: the column is not in the image, i.e. None)."""
-    cdef const char *ta = b"null"
-    cdef const char *tb = b"null"
-    cdef Py_ssize_t na = 4, nb = 4
-    cdef unsigned char kinda = 0, kindb = 0
-    if ia >= 0:
-        ta, na, kinda = a.data + sa[2 * ia], sa[2 * ia + 1] - sa[2 * ia], ka[ia]
-    if ib >= 0:
-        tb, nb, kindb = b.data + sb[2 * ib], sb[2 * ib + 1] - sb[2 * ib], kb[ib]
-    return na == nb and kinda == kindb and memcmp(ta, tb, na) == 0
-
-
-cdef bytes _key(Buf *k, Buf *img, Py_ssize_t *spans, tuple names, tuple index, int mode,
-                object const_key, Py_ssize_t start, Py_ssize_t stop):
-    cdef Py_ssize_t j, i
-    cdef bytes name
-    if mode == 0:
-        return None
-    if mode == 1:
-        return const_key
-    if mode == 3:
-        return PyBytes_FromStringAndSize(img.data + start, stop - start)
-    k.len = 0
-    for j in range(PyTuple_GET_SIZE(names)):
-        name = <bytes>PyTuple_GET_ITEM(names, j)
-        _put_bytes(k, name)
-        i = <Py_ssize_t>(<object>PyTuple_GET_ITEM(index, j))
-        if i < 0:
-            _put(k, b"null", 4)
-        else:
-            _put(k, img.data + spans[2 * i], spans[2 * i + 1] - spans[2 * i])
-    if PyTuple_GET_SIZE(names) == 0:
-        _put(k, b"{", 1)
-    _put(k, b"}", 1)
-    return PyBytes_FromStringAndSize(k.data, k.len)
-
-
-cdef int _message(Buf *out, Buf *before, Py_ssize_t b0, Buf *after, Py_ssize_t a0,
-                  bytes head, Py_ssize_t row, bytes tail) except -1:
-    _put(out, b'{"before":', 10)
-    if before == NULL:
-        _put(out, b"null", 4)
-    else:
-        _put(out, before.data + b0, before.len - b0)
-    _put(out, b',"after":', 9)
-    if after == NULL:
-        _put(out, b"null", 4)
-    else:
-        _put(out, after.data + a0, after.len - a0)
-    _put_bytes(out, head)
-    _put_u64(out, <uint64_t>row)
-    return _put_bytes(out, tail)
 
 
 def decode_rows(ImageDecoder first not None, ImageDecoder second, object body, Py_ssize_t pos,
@@ -1789,135 +521,3 @@ def decode_rows(ImageDecoder first not None, ImageDecoder second, object body, P
     except Exception:
         return None
     return out if pos == end else None
-
-
-def encode_rows(ImageDecoder first, ImageDecoder second, bytes body, Py_ssize_t pos,
-                int kind, bytes head, tuple tails, Py_ssize_t row0, int key_mode,
-                tuple key_names, tuple key_first, tuple key_second, object const_key,
-                bint split, bint lines):
-    """Every message of one ROWS event's row images (from `pos` to the end of `body`), as
-    the envelope writes them: ``{"before":B,"after":A`` + `head` + the row number +
-    ``tails[op]`` (op 0 "c", 1 "u", 2 "d").
-
-    kind: 0 insert (`first` decodes the after image), 1 update (`first` before, `second`
-    after), 2 delete. An update whose key columns changed (`split`) is a delete and a
-    create. key_mode: 0 no key, 1 `const_key`, 2 the key columns (`key_names[j]` the text
-    before column j, ``{"name":`` then ``,"name":``; `key_first`/`key_second` its index in
-    each image, -1 when absent), 3 the whole row image. Returns (messages, rows decoded):
-    with `lines`, one bytes object of every message followed by a newline; else a list of
-    (op, row, key, value).
-    Raises on any image that does not fit (the caller decodes the event the slow way, which
-    names the problem)."""
-    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(body)
-    cdef Buf out, img1, img2, kbuf
-    cdef Py_ssize_t *s1 = NULL
-    cdef Py_ssize_t *s2 = NULL
-    cdef unsigned char *k1 = NULL
-    cdef unsigned char *k2 = NULL
-    cdef Py_ssize_t row = row0, j, nkeys
-    cdef bint changed
-    cdef list messages = []
-    cdef bytes t_c, t_u, t_d
-    if first.json_prefixes is None or (kind == 1 and (second is None
-                                                     or second.json_prefixes is None)):
-        raise ValueError("json_setup() first")
-    if pos < 0 or pos > size:
-        raise IndexError("rows start outside the event")
-    if len(tails) != 3:
-        raise ValueError("three tails")
-    t_c, t_u, t_d = tails
-    nkeys = len(key_names)
-    if key_mode == 2 and (len(key_first) != nkeys or (kind == 1 and len(key_second) != nkeys)):
-        raise ValueError("one index per key column")
-    memset(&out, 0, sizeof(Buf))
-    memset(&img1, 0, sizeof(Buf))
-    memset(&img2, 0, sizeof(Buf))
-    memset(&kbuf, 0, sizeof(Buf))
-    try:
-        s1 = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * first.ncols + 2))
-        k1 = <unsigned char *>PyMem_Malloc(first.ncols + 1)
-        if kind == 1:
-            s2 = <Py_ssize_t *>PyMem_Malloc(sizeof(Py_ssize_t) * (2 * second.ncols + 2))
-            k2 = <unsigned char *>PyMem_Malloc(second.ncols + 1)
-            if s2 == NULL or k2 == NULL:
-                raise MemoryError()
-        if s1 == NULL or k1 == NULL:
-            raise MemoryError()
-        while pos < size:
-            if first.ncols == 0:
-                raise ValueError("a row image without columns")  # it would never advance
-            img1.len = 0
-            first._json(body, p, size, &pos, &img1, s1, k1)
-            if kind == 1:
-                img2.len = 0
-                second._json(body, p, size, &pos, &img2, s2, k2)
-            if pos > size:
-                raise IndexError("a row image runs past the event")
-            if kind == 0:
-                _message(&out, NULL, 0, &img1, 0, head, row, t_c)
-                if lines:
-                    _put(&out, b"\n", 1)
-                else:
-                    messages.append(("c", row, _key(&kbuf, &img1, s1, key_names, key_first,
-                                     key_mode, const_key, 0, img1.len),
-                                     PyBytes_FromStringAndSize(out.data, out.len)))
-                    out.len = 0
-            elif kind == 2:
-                _message(&out, &img1, 0, NULL, 0, head, row, t_d)
-                if lines:
-                    _put(&out, b"\n", 1)
-                else:
-                    messages.append(("d", row, _key(&kbuf, &img1, s1, key_names, key_first,
-                                     key_mode, const_key, 0, img1.len),
-                                     PyBytes_FromStringAndSize(out.data, out.len)))
-                    out.len = 0
-            else:
-                changed = False
-                if split:
-                    for j in range(nkeys):
-                        if not _same_text(
-                            &img1, s1, k1, <Py_ssize_t>(<object>PyTuple_GET_ITEM(key_first, j)),
-                            &img2, s2, k2, <Py_ssize_t>(<object>PyTuple_GET_ITEM(key_second, j)),
-                        ):
-                            changed = True
-                            break
-                if changed:
-                    _message(&out, &img1, 0, NULL, 0, head, row, t_d)
-                    if lines:
-                        _put(&out, b"\n", 1)
-                    else:
-                        messages.append(("d", row, _key(&kbuf, &img1, s1, key_names, key_first,
-                                         key_mode, const_key, 0, img1.len),
-                                         PyBytes_FromStringAndSize(out.data, out.len)))
-                        out.len = 0
-                    _message(&out, NULL, 0, &img2, 0, head, row, t_c)
-                    if lines:
-                        _put(&out, b"\n", 1)
-                    else:
-                        messages.append(("c", row, _key(&kbuf, &img2, s2, key_names, key_second,
-                                         key_mode, const_key, 0, img2.len),
-                                         PyBytes_FromStringAndSize(out.data, out.len)))
-                        out.len = 0
-                else:
-                    _message(&out, &img1, 0, &img2, 0, head, row, t_u)
-                    if lines:
-                        _put(&out, b"\n", 1)
-                    else:
-                        messages.append(("u", row, _key(&kbuf, &img2, s2, key_names, key_second,
-                                         key_mode, const_key, 0, img2.len),
-                                         PyBytes_FromStringAndSize(out.data, out.len)))
-                        out.len = 0
-            row += 1
-        if lines:
-            return PyBytes_FromStringAndSize(out.data, out.len), row - row0
-        return messages, row - row0
-    finally:
-        PyMem_Free(out.data)
-        PyMem_Free(img1.data)
-        PyMem_Free(img2.data)
-        PyMem_Free(kbuf.data)
-        PyMem_Free(s1)
-        PyMem_Free(s2)
-        PyMem_Free(k1)
-        PyMem_Free(k2)

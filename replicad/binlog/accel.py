@@ -45,6 +45,7 @@ from replicad.binlog.values import (
     fraction_reader,
     real_type_and_length,
 )
+from replicad.errors import DecoderTableError
 
 if TYPE_CHECKING:
     from replicad.binlog.codegen import CompiledColumn, ImageDecoder
@@ -234,12 +235,43 @@ _ROUTINES: dict[str, PlanRoutine] = {
 }
 check_routines("compiled", _ROUTINES)
 
+# The opcodes each routine's plan entries use; any routine may also decline a column, which
+# is then a "call". Both per-opcode ladders of the extensions - `ImageDecoder._value`
+# (Python values, binlog/_speedups.pyx) and `ImageWriter._json` (JSON text,
+# sinks/_writer.pyx) - handle exactly these and raise SystemError on any other:
+# tests/unit/test_compiled_ladders.py runs a column of every type of the table, and of
+# every opcode named here, through both.
+ROUTINE_OPCODES: dict[str, frozenset[str]] = {
+    "integer": frozenset(_INT_OPS.values()),
+    "double": frozenset({"double"}),
+    "float": frozenset({"float"}),
+    "year": frozenset({"year"}),
+    "null": frozenset({"null"}),
+    "decimal": frozenset({"decimal"}),
+    "varchar": frozenset({"str"}),
+    "string": frozenset({"str", "enum", "set"}),
+    "blob": frozenset({"str"}),
+    "date": frozenset({"date"}),
+    "datetime2": frozenset({"datetime2"}),
+    "timestamp2": frozenset({"timestamp2"}),
+    "time2": frozenset({"time2"}),
+    "bit": frozenset({"bit"}),
+    "json": frozenset({"mysqljson"}),
+}
+check_routines("compiled", ROUTINE_OPCODES)
+# Every opcode a plan can hold: what the extension's OPCODES must be.
+PLAN_OPCODES = frozenset({"call"}).union(*ROUTINE_OPCODES.values())
+
 
 def plan_entry(spec: ColumnSpec, *, mariadb: bool) -> PlanEntry:
     """The plan entry of one column: its native opcode, or a call of its pure decoder (which
     raises UnsupportedError for types that have none, as the generated code does)."""
     routine = routine_of(spec, "compiled")
     entry = _ROUTINES[routine](spec) if routine is not None else None
+    if routine is not None and entry is not None and entry[0] not in ROUTINE_OPCODES[routine]:
+        raise DecoderTableError(
+            f"the compiled routine {routine!r} planned opcode {entry[0]!r}, not one of its own"
+        )
     if entry is not None and entry[0] == "mysqljson":
         if mariadb:  # MariaDB's JSON is text (values.json_decoder); it never logs type 245
             return _call(spec, mariadb)

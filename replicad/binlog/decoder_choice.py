@@ -12,6 +12,11 @@ fail when the extension is missing (CI, instead of tests silently skipping).
 
 The pure per-column decoders (`column_decoders.make_decoder`) are not a choice: partial JSON
 updates need them column by column, and both whole-image decoders fall back to them.
+
+The compiled message writer (replicad/sinks/_writer.pyx, which writes Kafka messages
+straight from row images with this decoder's plan) is chosen on the sinks side, in
+`replicad/sinks/writer_choice.py`: it follows `active()` here, and binlog/ never imports
+sinks/.
 """
 
 from __future__ import annotations

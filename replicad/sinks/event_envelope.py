@@ -1,14 +1,16 @@
 """The compiled envelope path: every message of one ROWS event built in C at once.
 
-`_speedups.encode_rows` decodes the event's row images straight into the envelope's JSON
-(docs/architecture.md, "Message format") - no dict per row, no Python call per value for
-the common types - and returns the messages with their keys. The bytes are those
+The compiled writer (`_writer.encode_rows`, reached through `writer_choice`) decodes the
+event's row images straight into the envelope's JSON (docs/architecture.md, "Message
+format") - no dict per row, no Python call per value for the common types, MySQL JSON
+documents printed in C - and returns the messages with their keys. The bytes are those
 `EnvelopeWriter.value` writes for each `RowChange` of the event (a test holds the two
-equal, type by type); values the C writers do not cover (MySQL JSON documents, TIME, SET,
-zero dates, wide DECIMALs, other charsets) go through the same `_default` as the pure path.
+equal, type by type); values the C writers do not cover (TIME, SET, FLOAT, zero dates, wide
+DECIMALs, other charsets, JSON documents the C printer leaves to Python) go through the same
+`_default` as the pure path.
 
 `EventEncoder.encode` returns None when the event must take the row-by-row path: no
-compiled decoder, a PARTIAL_UPDATE_ROWS event, a table without its TABLE_MAP, a key that
+compiled writer, a PARTIAL_UPDATE_ROWS event, a table without its TABLE_MAP, a key that
 is not a plain column copy, an update whose images do not both carry the key (MINIMAL: the
 row path fills it in), a JSON column holding the document `null` (the row path notes it
 per row), an image that does not fit (the row-by-row path then raises the error that
@@ -21,18 +23,13 @@ from typing import Any
 
 import orjson
 
-from replicad.binlog import decoder_choice
 from replicad.binlog.changes import EventRows, ImageAbsence, RowChange
 from replicad.binlog.column_types import TableDescription, describe
 from replicad.binlog.jsonb import JSON_NULL
 from replicad.binlog.rows import RowImageDecoder, TableMapEvent
 from replicad.binlog.values import ColumnType
+from replicad.sinks import writer_choice
 from replicad.sinks.envelope import EnvelopeWriter, value_json
-
-try:
-    from replicad.binlog import _speedups
-except ImportError:  # the pure-Python install: every event takes the row-by-row path
-    _speedups = None  # type: ignore[assignment]
 
 _KINDS = {"c": 0, "u": 1, "d": 2}
 
@@ -47,8 +44,6 @@ class _RowPathOnly(Exception):
 _INEXACT_KEY_TYPES = frozenset({ColumnType.FLOAT, ColumnType.DOUBLE, ColumnType.VECTOR})
 
 _CACHED_LAYOUTS = 1024
-# compiled first and second image decoders, split, key names, key indexes in each image
-_Plan = tuple[Any, Any, bool, tuple[bytes, ...], tuple[int, ...], tuple[int, ...]]
 
 # How the message key is made (the C encoder's key_mode)
 KEY_NONE, KEY_CONSTANT, KEY_COLUMNS = 0, 1, 2
@@ -62,14 +57,13 @@ class EventEncoder:
     def __init__(self, writer: EnvelopeWriter) -> None:
         self.writer = writer
         # by id(): the objects are kept with their entry, so an id is never reused under it
-        self._plans: dict[tuple[int, int, tuple[str, ...]], tuple[Any, Any, _Plan | None]] = {}
+        # the compiled writer's EventLayout of (first decoder, second decoder, primary key)
+        self._plans: dict[tuple[int, int, tuple[str, ...]], tuple[Any, Any, Any]] = {}
         self._described: dict[int, tuple[TableMapEvent, TableDescription]] = {}
 
     @staticmethod
     def available() -> bool:
-        return (
-            _speedups is not None and decoder_choice.active() and hasattr(_speedups, "encode_rows")
-        )
+        return writer_choice.active()
 
     def encode(
         self,
@@ -97,10 +91,9 @@ class EventEncoder:
         second = table.image_decoder(event.present_after) if op == "u" else None
         primary_key = tuple(table.primary_key_names)
         images = ImageAbsence.of(event, table)
-        plan = self._plan(table, first, second, primary_key, op)
-        if plan is None:
+        layout = self._plan(table, first, second, primary_key, op)
+        if layout is None:
             return None
-        compiled_first, compiled_second, split, key_names, key_first, key_second = plan
         key_mode, constant = key
         if key_mode == KEY_COLUMNS and not primary_key:
             return None
@@ -130,9 +123,8 @@ class EventEncoder:
             template, template.ts_ms if now_ms is None else now_ms
         )
         try:
-            messages, count = _speedups.encode_rows(
-                compiled_first,
-                compiled_second,
+            messages, count = writer_choice.encode_rows(
+                layout,
                 event.body,
                 event.rows_offset,
                 _KINDS[op],
@@ -140,11 +132,7 @@ class EventEncoder:
                 tails,
                 row0,
                 key_mode,
-                key_names,
-                key_first,
-                key_second,
                 constant,
-                split,
                 lines,
             )
         except Exception:  # the row-by-row path raises the error that names it
@@ -159,14 +147,15 @@ class EventEncoder:
         second: RowImageDecoder | None,
         primary_key: tuple[str, ...],
         op: str,
-    ) -> _Plan | None:
-        """What encode_rows needs besides the event, per layout (cached: every transaction
-        repeats its TABLE_MAPs, the decoders are shared between equal layouts)."""
+    ) -> Any:
+        """The compiled writer's EventLayout: what encode_rows needs besides the event, per
+        layout, or None (cached: every transaction repeats its TABLE_MAPs, the decoders are
+        shared between equal layouts)."""
         key = (id(first), id(second), primary_key)
         cached = self._plans.get(key)
         if cached is not None and cached[0] is first and cached[1] is second:
             return cached[2]
-        plan: _Plan | None = None
+        plan = None
         compiled_first = self._compiled(first)
         compiled_second = None if second is None else self._compiled(second)
         split = op == "u" and bool(primary_key)
@@ -177,7 +166,7 @@ class EventEncoder:
             and not (split and _key_left_out(first, second, primary_key))
         ):
             # The key columns: what the key is made of, and what a split update compares.
-            plan = (
+            plan = writer_choice.event_layout(
                 compiled_first,
                 compiled_second,
                 split,
@@ -201,14 +190,10 @@ class EventEncoder:
         return description
 
     def _compiled(self, decoder: RowImageDecoder) -> Any:
-        owner = getattr(decoder.decode, "__self__", None)
-        if _speedups is None or not isinstance(owner, _speedups.ImageDecoder):
-            return None
-        if not owner.json_ready:
-            names = [c.name for c in decoder.specs]
-            json_flags = tuple(c.spec.type_code == ColumnType.JSON for c in decoder.specs)
-            owner.json_setup(_prefixes(names), _fallback(json_flags))
-        return owner
+        """The compiled writer of a layout, or None when its decoder is not compiled."""
+        names = [c.name for c in decoder.specs]
+        json_flags = tuple(c.spec.type_code == ColumnType.JSON for c in decoder.specs)
+        return writer_choice.image_writer(decoder.decode, _prefixes(names), _fallback(json_flags))
 
 
 def _prefixes(names: Any) -> tuple[bytes, ...]:

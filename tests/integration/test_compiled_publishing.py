@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from replicad.binlog import decoder_choice
+from replicad.sinks import writer_choice
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
 from tests.helpers.binlog_helpers import binlog_position
 from tests.helpers.http import http_get, sample
@@ -116,7 +116,7 @@ def _assert_paths(compiled: dict, pure: dict) -> None:
     assert not pure["compiled"] and pure["row_by_row"], pure
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 def test_compiled_and_pure_paths_publish_identical_messages(
     db, kafka, tmp_path, monkeypatch
 ) -> None:
@@ -149,7 +149,7 @@ def _by_key(records: list[Record]) -> dict[bytes | None, list[tuple[object, ...]
     return out
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 def test_compiled_and_pure_paths_write_identical_json_lines(db, tmp_path, monkeypatch) -> None:
     conn, name = db
     start = _workload(conn)

@@ -2,7 +2,7 @@
 (SELECT CAST(d AS CHAR)), on the real MariaDB (3306) and MySQL 9.7 (3307): random precision,
 scale and values (small ones often: those are where str(Decimal) writes 0E-8 or 1.2E-7),
 written by the server, read back from its binlog and rendered by the pure envelope and by
-the compiled one (`_speedups.encode_rows`)."""
+the compiled one (`_writer.encode_rows`)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replicad.binlog import decoder_choice
 from replicad.binlog.files import iter_file_events
 from replicad.binlog.rows import RowsEvent
 from replicad.binlog.values import decimal_text
+from replicad.sinks import writer_choice
 from replicad.sinks.envelope import value_json
 from tests.helpers import binlog_helpers
 from tests.helpers import mysql as mysql_helpers
@@ -118,5 +118,5 @@ def test_decimal_text_equals_the_servers(server: Server, column: tuple[int, int,
     decoded = [after["d"] for event in events for _, after in event.rows()]
     assert [decimal_text(v) for v in decoded] == printed
     assert [value_json(v, False) for v in decoded] == [orjson.dumps(t) for t in printed]
-    if decoder_choice.available():
+    if writer_choice.available():
         assert [t for event in events for t in _compiled_texts(event)] == printed

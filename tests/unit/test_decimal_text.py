@@ -11,9 +11,9 @@ from decimal import Decimal, localcontext
 
 import pytest
 
-from replicad.binlog import decoder_choice
 from replicad.binlog.codegen import CompiledColumn, compile_python_decoder
 from replicad.binlog.values import ColumnSpec, ColumnType, decimal_text
+from replicad.sinks import writer_choice
 from replicad.sinks.envelope import _dumps_row
 from replicad.snapshot.columns import SnapshotColumn
 from tests.helpers import events as ev
@@ -71,7 +71,7 @@ def test_pure_envelope_prints_plain_digits(precision: int, scale: int, text: str
     assert _dumps_row({"d": value}) == b'{"d":"%s"}' % text.encode()
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 @pytest.mark.parametrize(("precision", "scale", "text"), CASES)
 def test_compiled_envelope_prints_plain_digits(precision: int, scale: int, text: str) -> None:
     from tests.unit.test_event_envelope import _encode

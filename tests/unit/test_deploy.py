@@ -654,7 +654,7 @@ def test_constraints_pin_every_dependency_inside_its_range() -> None:
         )
 
 
-def test_check_wheel_refuses_a_wheel_without_the_extension(tmp_path: Path) -> None:
+def test_check_wheel_refuses_a_wheel_without_the_extensions(tmp_path: Path) -> None:
     import zipfile
 
     check = load_module(ROOT / "deploy/check_wheel.py")
@@ -673,7 +673,12 @@ def test_check_wheel_refuses_a_wheel_without_the_extension(tmp_path: Path) -> No
         check.check(platform)
     with zipfile.ZipFile(wheel, "a") as archive:
         archive.writestr("replicad/binlog/_speedups.cpython-311-x86_64-linux-gnu.so", "")
-    assert "_speedups" in check.check(platform)
+    with pytest.raises(SystemExit, match="no compiled replicad/sinks/_writer"):
+        check.check(platform)  # the decoder without the message writer
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("replicad/sinks/_writer.cpython-311-x86_64-linux-gnu.so", "")
+    found = check.check(platform)
+    assert "_speedups" in found and "_writer" in found
 
 
 # ------------------------------------------------------------------------ systemd

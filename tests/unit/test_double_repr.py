@@ -1,4 +1,4 @@
-"""The compiled shortest-digit search for doubles (`_speedups.double_repr`) against repr().
+"""The compiled shortest-digit search for doubles (`_writer.double_repr`) against repr().
 
 The compiled envelope path writes every DOUBLE column with it, so one wrong digit would be
 a wrong value in every message. repr() is the oracle: its digits come from Python's dtoa,
@@ -18,18 +18,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicad.binlog import decoder_choice
+from replicad.sinks import writer_choice
 
 pytestmark = [
     pytest.mark.unit,
-    pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built"),
+    pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built"),
 ]
 
 
 def _compiled(d: float) -> bytes:
-    from replicad.binlog import _speedups
+    from replicad.sinks import _writer
 
-    return _speedups.double_repr(d)
+    return _writer.double_repr(d)
 
 
 def _mismatches(values: list[float]) -> list[tuple[str, bytes]]:

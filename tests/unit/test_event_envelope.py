@@ -1,4 +1,4 @@
-"""The compiled envelope path (`_speedups.encode_rows`) against the pure one, byte for byte.
+"""The compiled envelope path (`_writer.encode_rows`) against the pure one, byte for byte.
 
 For random layouts of every column type (the strategies of test_accel.py: valid values,
 raw bytes for the fixed-size types, invalid UTF-8, zero dates, corrupt DECIMAL groups ...)
@@ -25,11 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replicad.binlog import decoder_choice
 from replicad.binlog.changes import RowChange
 from replicad.binlog.charsets import SINGLE_BYTE_CODECS
 from replicad.binlog.codegen import CompiledColumn, compile_python_decoder
 from replicad.binlog.values import ColumnType
+from replicad.sinks import writer_choice
 from replicad.sinks.envelope import _dumps_row, _row, dumps, row_messages
 from replicad.sinks.event_envelope import KEY_COLUMNS, KEY_CONSTANT, KEY_NONE, _prefixes
 from tests.unit.test_accel import ANY_COLUMN, NAMES, le
@@ -49,9 +49,10 @@ _NOT_KEYS = {
     ColumnType.GEOMETRY,
 }
 
-if decoder_choice.available():
+if writer_choice.available():
     from replicad.binlog import _speedups
     from replicad.binlog.decoder_choice import build_compiled_decoder
+    from replicad.sinks.writer_choice import encode_rows, event_layout
 
 
 def _image(draw, columns) -> bytes:
@@ -93,12 +94,13 @@ def events(draw, max_columns: int = 14):
 
 
 def _compiled(columns, mariadb: bool) -> Any:
-    decoder = build_compiled_decoder(columns, mariadb=mariadb).__self__
+    """The compiled writer of a layout (its compiled decoder, readied for encode_rows)."""
+    decode = build_compiled_decoder(columns, mariadb=mariadb)
     flags = tuple(c.spec.type_code == ColumnType.JSON for c in columns)
     from replicad.sinks.envelope import value_json
 
-    decoder.json_setup(_prefixes([c.name for c in columns]), lambda i, v: value_json(v, flags[i]))
-    return decoder
+    prefixes = _prefixes([c.name for c in columns])
+    return writer_choice.image_writer(decode, prefixes, lambda i, v: value_json(v, flags[i]))
 
 
 def pure_pairs(columns, body: bytes, pos: int, kind: int, mariadb: bool) -> list | None:
@@ -151,26 +153,13 @@ def _encode(columns, body, pos, kind, key, mariadb, *, lines=False, row0=0):
     first = _compiled(columns, mariadb)
     names = [c.name for c in columns]
     index = tuple(names.index(k) for k in key)
-    return _speedups.encode_rows(
-        first,
-        first if kind == 1 else None,
-        body,
-        pos,
-        kind,
-        HEAD,
-        TAILS,
-        row0,
-        KEY_COLUMNS if key else KEY_NONE,
-        _prefixes(key),
-        index,
-        index if kind == 1 else (),
-        None,
-        bool(key) and kind == 1,
-        lines,
-    )
+    second, split = (first, bool(key)) if kind == 1 else (None, False)
+    layout = event_layout(first, second, split, _prefixes(key), index, index if second else ())
+    key_mode = KEY_COLUMNS if key else KEY_NONE
+    return encode_rows(layout, body, pos, kind, HEAD, TAILS, row0, key_mode, None, lines)
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events())
 def test_compiled_messages_equal_the_pure_path(event) -> None:
@@ -188,33 +177,31 @@ def test_compiled_messages_equal_the_pure_path(event) -> None:
     assert joined == b"".join(value + b"\n" for *_, value in expected)
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 def test_constant_key_and_row_numbers() -> None:
     from replicad.binlog.values import ColumnSpec
 
     columns = [CompiledColumn("id", ColumnSpec(ColumnType.LONG, 0))]
     body = b"\x00" + le(7, 4) + b"\x00" + le(8, 4)
-    first = _compiled(columns, False)
-    args = (first, None, body, 0, 0, HEAD, TAILS, 41, KEY_CONSTANT, (), (), (), b"K")
-    messages, count = _speedups.encode_rows(*args, False, False)
+    layout = event_layout(_compiled(columns, False), None, False, (), (), ())
+    messages, count = encode_rows(layout, body, 0, 0, HEAD, TAILS, 41, KEY_CONSTANT, b"K", False)
     assert count == 2
     assert [(m[0], m[1], m[2]) for m in messages] == [("c", 41, b"K"), ("c", 42, b"K")]
     assert messages[1][3] == b'{"before":null,"after":{"id":8}' + HEAD + b"42" + TAILS[0]
     # a row that runs past the event refuses the whole event
     with pytest.raises(IndexError):
-        _speedups.encode_rows(
-            first, None, body[:-1], 0, 0, HEAD, TAILS, 0, 0, (), (), (), None, False, False
-        )
+        encode_rows(layout, body[:-1], 0, 0, HEAD, TAILS, 0, KEY_NONE, None, False)
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 def test_integer_sizes_follow_the_opcodes() -> None:
-    """`_INT_SIZE` in _speedups.pyx is indexed by opcode number: the opcodes must keep it."""
+    """`int_size` and `unsigned_int` in _speedups.pxd compute from the opcode number: the
+    integer opcodes must keep their order."""
     order = ["i8", "u8", "i16", "u16", "i24", "u24", "i32", "u32", "i64", "u64"]
     assert [_speedups.OPCODES[n] for n in order] == list(range(1, 11))
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 def test_edge_values_print_as_the_pure_path() -> None:
     """Values random layouts rarely reach: every ASCII control character and escapes in
     text, every byte in base64, the doubles where orjson and repr() differ (exponents -5,
@@ -345,7 +332,7 @@ def _assert_text_paths_equal(codec: str, values: list[tuple[bytes, bytes, bytes]
 SINGLE_BYTE = sorted(SINGLE_BYTE_CODECS)
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 @pytest.mark.parametrize("codec", SINGLE_BYTE)
 def test_every_byte_of_single_byte_charsets(codec: str) -> None:
     """Each byte 0x00-0xFF alone, after a letter and around one, and all 256 in one value
@@ -356,7 +343,7 @@ def test_every_byte_of_single_byte_charsets(codec: str) -> None:
     _assert_text_paths_equal(codec, [*values, (every, b"xyz", every[::-1])])
 
 
-@pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built")
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
 @settings(max_examples=400, deadline=None)
 @given(
     codec=st.sampled_from(SINGLE_BYTE),
@@ -368,3 +355,22 @@ def test_every_byte_of_single_byte_charsets(codec: str) -> None:
 )
 def test_single_byte_text_random(codec: str, values: list[tuple[bytes, bytes, bytes]]) -> None:
     _assert_text_paths_equal(codec, values)
+
+
+def test_without_the_compiled_writer_every_event_goes_row_by_row(monkeypatch) -> None:
+    """The pure-Python fallbacks: decoders switched off (REPLICAD_PURE_PYTHON=1,
+    `decoder_choice.set_enabled(False)`) or no compiled writer (REPLICAD_NO_EXTENSIONS=1)."""
+    from replicad.binlog import decoder_choice
+    from replicad.sinks.event_envelope import EventEncoder
+
+    monkeypatch.setattr(decoder_choice, "_enabled", False)
+    assert not EventEncoder.available()
+    monkeypatch.setattr(decoder_choice, "_enabled", True)
+    monkeypatch.setattr(writer_choice, "_writer", None)
+    assert not EventEncoder.available()
+    decode = compile_python_decoder([], mariadb=False)
+    assert writer_choice.image_writer(decode, (), lambda i, v: b"") is None
+    with pytest.raises(RuntimeError, match="not built"):
+        writer_choice.event_layout(None, None, False, (), (), ())
+    with pytest.raises(RuntimeError, match="not built"):
+        writer_choice.encode_rows(None, b"", 0, 0, b"", (), 0, KEY_NONE, None, False)

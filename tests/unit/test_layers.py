@@ -5,6 +5,7 @@ through `published/`."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,34 @@ ARCHIVE_WRITES_THE_MESSAGES = [
 def test_the_stream_readers_reach_the_sinks_only_to_write_archived_changes() -> None:
     readers = _modules("spark") + _modules("invalidate")
     assert _violations(readers, ("replicad.sinks",)) == ARCHIVE_WRITES_THE_MESSAGES
+
+
+_CYTHON_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\b|c?import\s+([\w.]+))", re.M)
+
+
+def _cython_imports(path: Path) -> set[str]:
+    """The replicad modules a .pyx/.pxd file imports or cimports (a text scan of its import
+    lines: Cython is not Python, ast cannot read it)."""
+    found = {a or b for a, b in _CYTHON_IMPORT.findall(path.read_text())}
+    return {name for name in found if name.startswith("replicad")}
+
+
+def test_binlog_imports_nothing_from_sinks_in_python_or_cython() -> None:
+    """The row decoder stays below the message writer: sinks/_writer.pyx cimports
+    binlog/_speedups.pxd, never the other way round."""
+    cython = sorted((PACKAGE / "binlog").rglob("*.pyx")) + sorted(
+        (PACKAGE / "binlog").rglob("*.pxd")
+    )
+    assert cython, "binlog/ has no Cython sources: this test scans nothing"
+    found = _violations(_modules("binlog"), ("replicad.sinks",)) + [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in cython
+        for name in sorted(_cython_imports(path))
+        if name == "replicad.sinks" or name.startswith("replicad.sinks.")
+    ]
+    assert found == []
+
+
+def test_the_cython_scan_sees_cimports() -> None:
+    """The scan above can fail: it finds the writer's cimport of the decoder."""
+    assert "replicad.binlog._speedups" in _cython_imports(PACKAGE / "sinks" / "_writer.pyx")

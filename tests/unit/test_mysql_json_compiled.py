@@ -1,4 +1,4 @@
-"""The compiled envelope's MySQL JSON writer (`_speedups.mysql_json_text`) against the pure
+"""The compiled envelope's MySQL JSON writer (`_writer.mysql_json_text`) against the pure
 path, `jsonb.to_mysql_json_text(jsonb.decode_json(document))`.
 
 For every binary document the writer must either print exactly the pure path's text or
@@ -18,25 +18,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replicad.binlog import decoder_choice
 from replicad.binlog.codegen import CompiledColumn
 from replicad.binlog.jsonb import JSON_NULL, decode_json, to_mysql_json_text
 from replicad.binlog.values import ColumnSpec, ColumnType
 from replicad.errors import JsonDecodeError
+from replicad.sinks import writer_choice
 from tests.unit.test_event_envelope import _encode, _expected
 from tests.unit.test_jsonb import Encoder, documents, plain_documents
 
 pytestmark = [
     pytest.mark.unit,
-    pytest.mark.skipif(not decoder_choice.available(), reason="_speedups is not built"),
+    pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built"),
 ]
 CASES = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _compiled(document: bytes) -> bytes | None:
-    from replicad.binlog import _speedups
+    from replicad.sinks import _writer
 
-    return _speedups.mysql_json_text(document)
+    return _writer.mysql_json_text(document)
 
 
 def _pure(document: bytes) -> bytes | None:
