@@ -644,7 +644,8 @@ def _drop(t: _Tokens, work: _Work) -> None:
     elif t.take("DATABASE") or t.take("SCHEMA"):
         t.take("IF", "EXISTS")
         db = t.ident()
-        keys = set(work.tables.keys()) | set(work.changes)
+        # sorted: their DDL records come in this order (a set's follows the hash seed)
+        keys = sorted(set(work.tables.keys()) | set(work.changes))
         matches = [k for k in keys if k[0] == db] or [
             k for k in keys if k[0].casefold() == db.casefold()
         ]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -754,3 +756,27 @@ def test_snapshot_from_information_schema() -> None:
     assert history.window_end is None
     conn.results["SHOW MASTER STATUS"] = [("mariadb-bin.000001", "800", "", "")]
     assert asyncio.run(snapshot(conn, start)).window_end is None, "nothing moved: exact"
+
+
+def test_drop_database_lists_its_tables_in_one_order_whatever_the_hash_seed() -> None:
+    """The order of a DROP DATABASE's table changes is the order of the DDL records `dump`
+    and the sinks write: it must not follow Python's string hashing (PYTHONHASHSEED)."""
+    script = (
+        "from tests.unit.test_schema_history import base, maria\n"
+        "h = base(*[f'CREATE TABLE e.t{i} (id INT)' for i in range(12)])\n"
+        "print(h.apply('DROP DATABASE e', 'd', maria(99)))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(root)},
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=root,
+        ).stdout.splitlines()[-1]  # after the log lines
+        for seed in range(4)
+    }
+    assert len(outputs) == 1, outputs
+    assert outputs.pop().startswith("[('e', 't0'), ('e', 't1'), ('e', 't10')")
