@@ -62,13 +62,20 @@ REPLICAD_SERVER_ID = 91243  # e2e.py's replicad uses 91235, decode.py's peer 912
 
 def code_state() -> dict[str, Any]:
     """The commit measured, the uncommitted files under replicad/ (the working tree is what
-    runs), and when the compiled decoder was built."""
+    runs), and when the compiled modules (the decoder, the message writer) were built: the
+    older of the two, so a stale one shows."""
 
     def git(*cmd: str) -> str:
         done = subprocess.run(["git", *cmd], cwd=paths.ROOT, capture_output=True, text=True)
         return done.stdout.rstrip("\n")
 
-    built = sorted(paths.ROOT.glob("replicad/binlog/_speedups*.so"))
+    built = sorted(
+        [
+            *paths.ROOT.glob("replicad/binlog/_speedups*.so"),
+            *paths.ROOT.glob("replicad/sinks/_writer*.so"),
+        ],
+        key=lambda path: path.stat().st_mtime,
+    )
     return {
         "commit": git("rev-parse", "--short", "HEAD"),
         "uncommitted": git("status", "--porcelain", "--", "replicad").splitlines(),

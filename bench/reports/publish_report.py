@@ -107,7 +107,7 @@ def print_header(results: dict[str, Any]) -> None:
     code = results["code"]
     print(
         f"code: {code['commit']}, {len(code['uncommitted'])} uncommitted file(s) under "
-        f"replicad/ {[line[3:] for line in code['uncommitted']]}; _speedups built "
+        f"replicad/ {[line[3:] for line in code['uncommitted']]}; compiled modules built "
         f"{code['speedups_built']}\n"
     )
 
