@@ -613,6 +613,11 @@ class SparkConfig(_Strict):
     trigger_s: float = Field(5.0, gt=0)  # a micro-batch every so many seconds
     max_offsets_per_trigger: int | None = Field(None, ge=1)  # records per micro-batch
     discover_s: float = Field(30.0, gt=0)  # how often new tables are looked for
+    # `materialize`'s lake tables: replicad's own Parquet format (lake.py) or Delta Lake
+    # through Spark's own Kafka source (table_format.py), which loads the jars of
+    # scripts/spark/pom.xml from `lake_jars` (`bash scripts/services.sh spark-jars` prints it).
+    lake_format: Literal["replicad", "delta"] = "replicad"
+    lake_jars: str | None = None
     # verify: the source's tables through Spark's JDBC source, as the source's user, with
     # MariaDB Connector/J or MySQL Connector/J; `auto`: the one of the server's kind.
     jdbc_driver: Literal["auto", "mariadb", "mysql"] = "auto"

@@ -42,16 +42,21 @@ def master_problem(master: str) -> str | None:
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     from replicad.spark.jobs import JOBS, Source
     from replicad.spark.session import build_session
+    from replicad.spark.table_format import DeltaMaterialize, session_conf
 
+    delta = job == "materialize" and config.spark.lake_format == "delta"
     try:
         Source.of(config)  # a configuration the job cannot use fails before Spark starts
+        conf = session_conf(config) if delta else {}
     except ReplicadError as exc:
         print(f"replicad spark {job}: {exc}", file=sys.stderr)
         return exit_code(exc)
-    spark = build_session(master or config.spark.master, f"replicad-{job}-{config.pipeline}")
+    spark = build_session(
+        master or config.spark.master, f"replicad-{job}-{config.pipeline}", conf=conf
+    )
     spark.sparkContext.setLogLevel("ERROR")  # Spark's own chatter; replicad logs the job
     try:
-        runner = JOBS[job](spark, config, once=once)
+        runner = (DeltaMaterialize if delta else JOBS[job])(spark, config, once=once)
 
         def stop(signum: int, _frame: Any) -> None:
             log.info("stop_signal", signal=signal.Signals(signum).name)

@@ -1,0 +1,224 @@
+"""Lake tables in Delta Lake (`spark.lake_format: delta`, replicad/spark/table_format.py):
+`replicad spark materialize --once` reads the change topic with Spark's own Kafka source
+(spark-sql-kafka-0-10, fetched by `scripts/services.sh spark-jars`) and folds each micro-batch
+with one MERGE INTO. The oracle is MariaDB's SELECT; the lake is read by a second engine
+without replicad's code or Spark: the `deltalake` package (delta-rs).
+
+The change topic has three partitions, so a TRUNCATE (written to every partition) and the
+two halves of a primary-key change (a delete of the old key, a create of the new one) are read
+from different partitions in the same batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from tests.helpers.daemon_process import ROOT
+from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
+
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
+
+COLUMNS = "id, v, note, amt, at, big, raw"
+BOOKKEEPING = {"_replicad_file", "_replicad_pos", "_replicad_row"}
+
+
+def _jars() -> str:
+    """The directory of scripts/spark/pom.xml's jars: SPARK_JARS_DIR when it names one
+    fetched already, else fetched (a no-op once fetched)."""
+    given = os.environ.get("SPARK_JARS_DIR")
+    if given:
+        return given
+    fetched = subprocess.run(
+        ["bash", str(ROOT / "scripts/services.sh"), "spark-jars"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert fetched.returncode == 0, fetched.stderr[-2000:]
+    return fetched.stdout.strip().splitlines()[-1]
+
+
+def _selected(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[str, Any]]:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT {COLUMNS} FROM `{db}`.acc")
+        return {row["id"]: row for row in cur.fetchall()}
+
+
+def _delta_rows(path: Path) -> dict[int, dict[str, Any]]:
+    """The Delta table's current rows as delta-rs reads them, in PyMySQL's value forms."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    out = {}
+    for row in rows:
+        values = {k: v for k, v in row.items() if k not in BOOKKEEPING}
+        if values.get("big") is not None:
+            values["big"] = int(values["big"])  # DECIMAL(20,0)
+        assert values["id"] not in out, f"key {values['id']} twice in the Delta table"
+        out[values["id"]] = values
+    return out
+
+
+def _materialize_once(config: Path, log: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "replicad.cli", "spark", "materialize", "-c", str(config),
+         "--master", "local[2]", "--once"],
+        cwd=ROOT, capture_output=True, timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    with log.open("ab") as out:
+        out.write(result.stderr)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
+
+
+def _insert(cur: Any, ids: range, tag: str) -> None:
+    cur.executemany(
+        f"INSERT INTO acc ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        [
+            (i, i * 3, f"{tag}{i}é", Decimal(i) / 4, dt.datetime(2026, 11, 28, 10, 0, 0, i),
+             2**64 - i, i.to_bytes(4, "big"))
+            for i in ids
+        ],
+    )  # fmt: skip
+
+
+def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> None:
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
+            "amt DECIMAL(12,2), at DATETIME(6), big BIGINT UNSIGNED, raw VARBINARY(8))"
+        )
+    conn.commit()
+    lake = tmp_path / "lake"
+    replicad = KafkaReplicad(
+        tmp_path / "replicad", server_id=7394, prefix=f"d{uuid.uuid4().hex[:8]}", kafka=kafka,
+        db=name, kafka_yaml="topics: {partitions: 3}",
+        extra_yaml=(
+            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
+            f"checkpoint_path: '{tmp_path / 'ckpt'}'}}\n"
+        ),
+    )  # fmt: skip
+    replicad.start()
+    log = tmp_path / "spark.log"
+    path = lake / name / "acc"
+    try:
+        with conn.cursor() as cur:
+            _insert(cur, range(1, 301), "n")
+            conn.commit()
+            cur.execute("UPDATE acc SET v = v + 1, note = NULL WHERE id % 3 = 0")
+            cur.execute("DELETE FROM acc WHERE id % 7 = 0")
+            cur.execute("UPDATE acc SET id = id + 100000 WHERE id BETWEEN 50 AND 69")  # key change
+            cur.execute("UPDATE acc SET id = 7 WHERE id = 100050")  # onto a deleted key
+            _insert(cur, range(400, 410), "gone")
+            cur.execute("DELETE FROM acc WHERE id >= 400 AND id < 100000")  # inserted, deleted
+            cur.execute("UPDATE acc SET amt = amt * 2 WHERE id <= 20")
+        conn.commit()
+        wait_caught_up(replicad)
+        _materialize_once(replicad.config, log)
+        assert _delta_rows(path) == _selected(conn, name)
+
+        # Second run, from the first's checkpoint: deletes, updates and key changes of rows
+        # the lake holds (MERGE's matched clauses), a deleted key inserted again.
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM acc WHERE id % 5 = 0 AND id < 1000")
+            cur.execute("UPDATE acc SET note = CONCAT(note, '+'), big = NULL WHERE id % 4 = 1")
+            cur.execute("UPDATE acc SET id = id + 300000 WHERE id BETWEEN 200 AND 209")
+            cur.execute("UPDATE acc SET id = 10 WHERE id = 300201")
+            _insert(cur, range(14, 15), "again")  # 14 was deleted in the first run
+        conn.commit()
+        wait_caught_up(replicad)
+        _materialize_once(replicad.config, log)
+        assert _delta_rows(path) == _selected(conn, name)
+
+        # Third run: changes before a TRUNCATE, the TRUNCATE, and changes after it, all in
+        # one batch (keys reused, a key change, a delete), from the checkpoint of the first.
+        with conn.cursor() as cur:
+            cur.execute("UPDATE acc SET v = -1 WHERE id <= 100")
+            cur.execute("TRUNCATE TABLE acc")
+            _insert(cur, range(90, 130), "t")
+            cur.execute("UPDATE acc SET id = id + 200000 WHERE id < 95")
+            cur.execute("DELETE FROM acc WHERE id BETWEEN 120 AND 124")
+            cur.execute("UPDATE acc SET v = v * 10 WHERE id % 2 = 0")
+        conn.commit()
+        wait_caught_up(replicad)
+        _materialize_once(replicad.config, log)
+        expected = _selected(conn, name)
+        assert len(expected) == 35
+        assert _delta_rows(path) == expected
+        assert log.read_text(errors="replace").count('"format": "delta"') >= 3
+    finally:
+        assert replicad.stop() == 0
+
+
+def test_records_removed_while_the_job_was_down_fail_the_query(db, kafka, tmp_path) -> None:
+    """Spark's Kafka source with failOnDataLoss: records the first run did not read are
+    deleted (as retention would delete them) before the second run, which then fails (exit 75)
+    instead of skipping to the first record left, and leaves the lake as it was."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE r (id INT PRIMARY KEY, v INT)")
+    conn.commit()
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    replicad = KafkaReplicad(
+        tmp_path / "replicad", server_id=7396, prefix=prefix, kafka=kafka, db=name,
+        extra_yaml=(
+            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', "
+            f"lake_path: '{tmp_path / 'lake'}', checkpoint_path: '{tmp_path / 'ckpt'}'}}\n"
+        ),
+    )  # fmt: skip
+    replicad.start()
+    log = tmp_path / "spark.log"
+    try:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO r VALUES (%s, %s)", [(i, i) for i in range(20)])
+        conn.commit()
+        wait_caught_up(replicad)
+        _materialize_once(replicad.config, log)
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO r VALUES (%s, %s)", [(i, i) for i in range(20, 40)])
+        conn.commit()
+        wait_caught_up(replicad)
+        topic = f"{prefix}.{name}.r"
+        admin = AdminClient({"bootstrap.servers": kafka})
+        end = admin.list_topics(topic, timeout=30).topics[topic].partitions
+        assert list(end) == [0]
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": kafka, "group.id": "unused"})
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.close()
+        # Everything up to 5 records before the end: the 20 unread changes lose 15.
+        futures = admin.delete_records([TopicPartition(topic, 0, high - 5)])
+        for future in futures.values():
+            future.result(30)
+        result = subprocess.run(
+            [sys.executable, "-m", "replicad.cli", "spark", "materialize", "-c",
+             str(replicad.config), "--master", "local[1]", "--once"],
+            cwd=ROOT, capture_output=True, timeout=600,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )  # fmt: skip
+        stderr = result.stderr.decode(errors="replace")
+        with log.open("ab") as out:
+            out.write(result.stderr)
+        assert result.returncode == 75, stderr[-3000:]
+        assert "spark_job_failed" in stderr
+        # (The job's own spark_job_failed line has no reason: jobs._failure takes the first
+        # line of an error raised inside foreachBatch, which is empty; Spark's is in stderr.)
+        assert "Some data may have been lost" in stderr, stderr[-3000:]
+        assert "OffsetOutOfRangeException" in stderr
+        # The lake kept the first run's rows, nothing of the lost range.
+        assert sorted(_delta_rows(tmp_path / "lake" / name / "r")) == list(range(20))
+    finally:
+        assert replicad.stop() == 0
