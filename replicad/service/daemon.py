@@ -11,9 +11,8 @@ at most the unacknowledged window. A sink that cannot keep up makes `publish` wa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -49,16 +48,8 @@ from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.sinks.value_modes import ValueMode
-from replicad.snapshot import reader as snapshot_reader
-from replicad.snapshot.columns import SnapshotError
-from replicad.snapshot.incremental import (
-    IncrementalSnapshots,
-    SnapshotRequest,
-    SnapshotRequestError,
-    initial_request,
-)
-from replicad.snapshot.reader import ReadView, TablePlan, TableProgress
-from replicad.snapshot.watermarks import ChunkReader
+from replicad.snapshot.driver import SnapshotDriver
+from replicad.snapshot.reader import TableProgress
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,
@@ -70,8 +61,6 @@ from replicad.source.start import initial_position
 from replicad.source.stream import (
     Reconnected,
     ReplicaStream,
-    ServerInfo,
-    connect_retrying,
     server_info,
     with_primary,
 )
@@ -160,27 +149,17 @@ class Pipeline:
         self.checkpointer: Checkpointer | None = None
         self.last_commit_read: float | None = None  # wall clock
         self._status_at = 0.0
-        # snapshot.mode: the open read view (connection, its position, server, tables) until
-        # the snapshot is published, and the progress `replicad status` shows.
-        self._snapshot: ReadView | None = None
-        self.snapshot_progress: list[TableProgress] = []
-        # Incremental snapshots (snapshot/incremental.py): their state, its JSON as the marks
-        # carry it (None: nothing requested), the operator requests they come from.
-        self.snapshots = IncrementalSnapshots()
-        self._progress: str | None = None
+        # The initial and incremental snapshots (snapshot/driver.py), with their progress.
         if requests is None and config.coordination.zookeeper is None:
             requests = LocalRequests(config.coordination.local.path)
-        self.requests = requests
-        self._taken: dict[str, str] = {}  # operator request id -> snapshot request id
-        self._requests_at = 0.0
-        signal = config.snapshot.signal
-        self._signal = (signal.database, signal.table)
-        self._chunk_reader: ChunkReader | None = None
-        self._chunk_task: asyncio.Task[None] | None = None
-        self._plans: dict[str, TablePlan] = {}
-        # The initial snapshot's first table when read with watermarks (its first read is
-        # "first"); not kept across a restart, which resumes after that read went out.
-        self._first_initial: str | None = None
+        self.snapshots = SnapshotDriver(
+            config,
+            password,
+            includes=self.filter.includes,
+            publish=self._publish_read,
+            leading=lambda: self.lease is None or self.lease.valid,
+            requests=requests,
+        )
         # Counters, lag and acknowledgements for the metrics and /readyz (service/progress.py):
         # plain integers, so that no prometheus-client call sits on the per-row path.
         self.progress = self.telemetry.progress(config)
@@ -190,6 +169,7 @@ class Pipeline:
 
     def request_stop(self) -> None:
         self._stop_requested = True
+        self.snapshots.request_stop()
 
     @property
     def idle(self) -> bool:
@@ -222,12 +202,11 @@ class Pipeline:
                 )
                 stored = None
         if stored is None and self.config.snapshot.mode != "never":
-            return await self._open_snapshot()
+            position, self.history = await self.snapshots.open_initial()
+            return position
         if stored is not None:
             log.info("position_loaded", position=str(stored))
-            if stored.snapshot is not None:  # incremental snapshots in progress
-                self.snapshots = IncrementalSnapshots(stored.snapshot)
-                self._progress = stored.snapshot
+            self.snapshots.resume(stored.snapshot)  # incremental snapshots in progress
             # The persisted history, trimmed to the stored position; never a new snapshot
             # (that would be today's schema, not the one at the position) unless there is none.
             try:
@@ -268,174 +247,21 @@ class Pipeline:
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
         return position
 
-    def _snapshotted(self, db: str, table: str) -> bool:
-        return self.filter.includes(db, table) and (db, table) != self._signal
+    @property
+    def snapshot_progress(self) -> list[TableProgress]:
+        """The initial snapshot's tables, for the metrics."""
+        return self.snapshots.tables
 
-    async def _open_snapshot(self) -> Position:
-        """Open the consistent read view of the initial snapshot: its binlog position is where
-        the stream starts, and the schema history is taken there (snapshot/reader.py). With
-        `initial_method: watermarks` (the default on MySQL, where a read view's position
-        needs a global read lock: `snapshot.locking`) the stream starts now and every
-        included table is queued as an incremental snapshot instead."""
-        conn = await connect_retrying(self.config.source, self.password, what="snapshot")
-        try:
-            info = await server_info(conn)
-            method = self.config.snapshot.initial_method
-            if method == "watermarks" or (method == "auto" and not info.mariadb):
-                position = await self._queue_initial_snapshots(conn, info)
-                await conn.close()  # the chunks read on a connection of their own
-                return position
-            resumable = await self._signal_usable(conn, info)
-            position = await snapshot_reader.begin(conn, info, self.config.snapshot)
-            self.history = await snapshot(conn, position)
-            plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
-        except BaseException:
-            await conn.close()
-            raise
-        self._snapshot = ReadView(conn, position, info, plans, resumable)
-        self.snapshot_progress = [TableProgress(plan.name) for plan in plans]
-        log.info(
-            "snapshot_started",
-            position=str(position),
-            tables=[plan.name for plan in plans],
-            chunk_rows=self.config.snapshot.chunk_rows,
-            resumable=resumable,
-        )
-        return position
-
-    async def _signal_usable(self, conn: AsyncConnection, info: ServerInfo) -> bool:
-        """Whether an interrupted consistent snapshot can resume: the rest is then read with
-        watermarks, which need the signal table (checked before the read view opens: the
-        check's rollback would end it)."""
-        reader = ChunkReader(conn, info, self.config.snapshot.signal, self.config.pipeline)
-        try:
-            await reader.check_signal()
-        except SnapshotRequestError as exc:
-            log.warning(
-                "snapshot_not_resumable",
-                reason=str(exc),
-                note="an interrupted initial snapshot starts again from the beginning",
-            )
-            return False
-        return True
-
-    async def _queue_initial_snapshots(self, conn: AsyncConnection, info: ServerInfo) -> Position:
-        """The initial snapshot as incremental snapshots: start streaming at the primary's
-        current position and queue every included table; each is read in watermarked chunks
-        while the stream runs (docs/snapshots.md). The signal table is checked first: an
-        initial snapshot that cannot run stops the start with a clear error."""
-        try:
-            position = await initial_position(conn, info, "latest")
-            self.history = await snapshot(conn, position)
-            reader = ChunkReader(conn, info, self.config.snapshot.signal, self.config.pipeline)
-            await reader.prepare()
-            plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
-            chunk_rows = self.config.snapshot.chunk_rows
-            for plan in plans:
-                request = initial_request(plan.name, chunk_rows)
-                if plan is plans[0]:
-                    await reader.check(request)
-                    self._first_initial = request.id
-                self.snapshots.add(request)
-        except SnapshotRequestError as exc:
-            raise SnapshotError(f"the initial snapshot cannot run: {exc}") from None
-        self._progress = self.snapshots.progress()
-        log.info(
-            "snapshot_started",
-            method="watermarks",
-            position=str(position),
-            tables=[plan.name for plan in plans],
-            chunk_rows=chunk_rows,
-        )
-        return position
-
-    async def _read_snapshot(self, checkpointer: Checkpointer) -> bool:
-        """Publish every row of the snapshot's tables as op "r", then mark its position, so
-        the position is stored once every read is acknowledged. A resumable snapshot also
-        marks the position after every chunk (and table) with the rest of it as incremental
-        snapshots: a restart streams from the snapshot's position and reads the rest with
-        watermarks. False: stopped before the end."""
-        view = self._snapshot
-        assert view is not None
-        position = view.position
-        chunk_rows = self.config.snapshot.chunk_rows
-        ts_ms = int(time.time() * 1000)
-        started = time.monotonic()
-        try:
-            for index, (plan, progress) in enumerate(
-                zip(view.plans, self.snapshot_progress, strict=True)
-            ):
-                progress.started = time.monotonic()
-                log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
-                # The last row read is held back: marked the table's last if no more follow.
-                held: RowChange | None = None
-                sent = 0
-                marks = {"first_table": index == 0, "last_table": index == len(view.plans) - 1}
-                rest = [p.name for p in view.plans[index:]]
-                async for rows in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
-                    changes = snapshot_reader.reads(
-                        plan, rows, (position.file, position.pos), view.info.server_id,
-                        ts_ms, progress.rows,
-                    )  # fmt: skip
-                    progress.rows += len(rows)
-                    progress.chunks += 1
-                    batch = ([] if held is None else [held]) + changes[:-1]
-                    snapshot_reader.mark_initial(
-                        batch, **marks, starts_table=sent == 0, ends_table=False
-                    )
-                    sent += len(batch)
-                    async with self._gate:
-                        for change in batch:
-                            await self._publish_read(change)
-                        published = changes[-2].after if len(changes) > 1 else (
-                            None if held is None else held.after
-                        )  # fmt: skip
-                        if view.resumable and plan.chunk_key and published is not None:
-                            resume = IncrementalSnapshots.resuming(
-                                rest, chunk_rows, snapshot_reader.row_key(plan, published),
-                                progress.chunks, progress.rows - 1,
-                            )  # fmt: skip
-                            checkpointer.mark(position.with_snapshot(resume.progress()), True)
-                            await self._after_mark(checkpointer)
-                    held = changes[-1]
-                    if self._stop_requested:
-                        log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
-                        return False
-                if held is not None:
-                    snapshot_reader.mark_initial(
-                        [held], **marks, starts_table=sent == 0, ends_table=True
-                    )
-                async with self._gate:
-                    if held is not None:
-                        await self._publish_read(held)
-                    rest = rest[1:]
-                    if view.resumable and rest:
-                        resume = IncrementalSnapshots.resuming(rest, chunk_rows)
-                        checkpointer.mark(position.with_snapshot(resume.progress()), True)
-                        await self._after_mark(checkpointer)
-                progress.done = True
-                log.info(
-                    "snapshot_table_done",
-                    table=plan.name,
-                    rows=progress.rows,
-                    chunks=progress.chunks,
-                    seconds=round(time.monotonic() - progress.started, 3),
-                )
-        finally:
-            self._snapshot = None
-            with contextlib.suppress(ReplicadError):  # e.g. cancelled inside a query
-                await snapshot_reader.end(view.conn)
-            await view.conn.close()
+    async def _emit_reads(self, reads: Sequence[RowChange], mark: Position | None) -> None:
+        """Reads of the initial snapshot, then a mark at `mark` (if any), as one step."""
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
         async with self._gate:
-            checkpointer.mark(position, True)
-            await self._after_mark(checkpointer)
-        log.info(
-            "snapshot_done",
-            position=str(position),
-            rows=sum(p.rows for p in self.snapshot_progress),
-            seconds=round(time.monotonic() - started, 3),
-        )
-        return True
+            for read in reads:
+                await self._publish_read(read)
+            if mark is not None:
+                checkpointer.mark(mark, True)
+                await self._after_mark(checkpointer)
 
     async def _publish_read(self, change: RowChange) -> None:
         if self._tick_failure is not None:
@@ -494,10 +320,10 @@ class Pipeline:
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
-        if self._snapshot is not None:
+        if self.snapshots.initial_open:
             self._snapshotting = True
             try:
-                if not await self._read_snapshot(checkpointer):
+                if not await self.snapshots.read_initial(self._emit_reads):
                     return
             finally:
                 self._snapshotting = False
@@ -516,7 +342,7 @@ class Pipeline:
         includes = self.filter.includes
         rows_per_mark = self.config.checkpoint.rows
         lease = self.lease
-        signal = self._signal
+        watches = self.snapshots.watches
         progress = self.progress
         table_rows, table_bytes = progress.table_rows, progress.table_bytes
         events_by_path = progress.events_by_path
@@ -576,7 +402,8 @@ class Pipeline:
                         continue
                     table = tables.get(event.table_id) or event.table_map
                     wanted = table is None or includes(table.schema, table.table)
-                    window = self.snapshots.window
+                    # The signal table's and the open window's rows go to the snapshots.
+                    watched = table is not None and watches(table.schema, table.table)
                     rows = EventRows(
                         event,
                         unit.file,
@@ -592,8 +419,7 @@ class Pipeline:
                         and wanted
                         and table is not None
                         and delivered >= skip
-                        and (table.schema, table.table) != signal
-                        and (window is None or table.table != window.table)
+                        and not watched
                     ):
                         # The whole event through the compiled path, when the sink can.
                         if lease is not None and not lease.valid:
@@ -618,19 +444,11 @@ class Pipeline:
                     # Rows of excluded tables are counted too, so that the row index of a
                     # restart does not depend on the filters.
                     changes: Iterable[RowChange] = rows.changes()
-                    if table is not None and (
-                        (table.schema, table.table) == signal
-                        or (window is not None and table.table == window.table)
-                    ):
-                        # Watermarks are never published; inside a snapshot window, the
-                        # snapshotted table's changes take their keys out of the chunk.
+                    if watched:
+                        assert table is not None
                         changes = list(changes)
-                        if (table.schema, table.table) == signal:
-                            wanted = False
-                            await self._watermarks(changes)
-                        else:
-                            for change in changes:
-                                self.snapshots.touches(change)
+                        if not await self.snapshots.seen(table.schema, table.table, changes):
+                            wanted = False  # watermarks are never published
                     published = 0
                     for change in changes:
                         if delivered < skip:
@@ -663,7 +481,8 @@ class Pipeline:
                 self.history.commit(unit.end)
                 # Snapshot progress rides with the position: durable exactly when the reads
                 # before it are acknowledged.
-                end = unit.end if self._progress is None else unit.end.with_snapshot(self._progress)
+                progress_json = self.snapshots.progress
+                end = unit.end if progress_json is None else unit.end.with_snapshot(progress_json)
                 progress.transaction_read(checkpointer.mark(end, True), unit.commit_ts)
                 self.committed = end
                 self._in_transaction = False
@@ -674,153 +493,6 @@ class Pipeline:
                     return
             finally:
                 self._gate.release()
-
-    async def _watermarks(self, changes: list[RowChange]) -> None:
-        """Watermark rows of the signal table: at the high watermark of the open window, the
-        chunk's untouched rows go out as reads, here, in stream order."""
-        for change in changes:
-            after = change.after or {}
-            plan = None if self.snapshots.active is None else self._plans.get(
-                self.snapshots.active.request.id
-            )  # fmt: skip
-            first_row = 0 if self.snapshots.active is None else self.snapshots.active.rows
-            request = None if self.snapshots.active is None else self.snapshots.active.request
-            window = self.snapshots.window
-            chunk_size = 0 if window is None or window.rows is None else len(window.rows)
-            rows = self.snapshots.watermark(str(after.get("kind")), str(after.get("window_id")))
-            if rows is None or plan is None or request is None:
-                continue
-            finished = self.snapshots.active is None
-            reads = snapshot_reader.reads(
-                plan, rows, (change.file, change.pos), change.server_id,
-                int(time.time() * 1000), first_row, marker="incremental",
-            )  # fmt: skip
-            if request.initial:  # the initial snapshot's tables keep its marks
-                snapshot_reader.mark_initial(
-                    reads,
-                    first_table=request.id == self._first_initial,
-                    last_table=finished and not any(r.initial for r in self.snapshots.queue),
-                    starts_table=first_row == 0,
-                    ends_table=finished,
-                )
-            for read in reads:
-                await self._publish_read(read)
-            self._progress = self.snapshots.progress()
-            log.info(
-                "snapshot_chunk_emitted",
-                table=plan.name,
-                rows=len(reads),
-                dropped=chunk_size - len(reads),
-                finished=finished,
-            )
-            if finished:
-                log.info("snapshot_request_done", table=plan.name, request=self._finished_id())
-            self._start_chunk()
-
-    def _finished_id(self) -> str | None:
-        return self.snapshots.finished[-1].id if self.snapshots.finished else None
-
-    def _start_chunk(self) -> None:
-        """Open the next window of the active (or next queued) request, if none is open."""
-        if self._chunk_task is not None and not self._chunk_task.done():
-            return
-        if self.snapshots.window is not None or self._stop_requested:
-            return
-        if self.lease is not None and not self.lease.valid:
-            return
-        request = self.snapshots.next_table()
-        if request is None:
-            return
-        self._progress = self.snapshots.progress()
-        self._chunk_task = asyncio.create_task(self._read_window(request))
-
-    async def _read_window(self, request: SnapshotRequest) -> None:
-        try:
-            reader = self._chunk_reader
-            if reader is None:
-                conn = await connect_retrying(self.config.source, self.password, what="snapshot")
-                reader = ChunkReader(
-                    conn, await server_info(conn), self.config.snapshot.signal,
-                    self.config.pipeline,
-                )  # fmt: skip
-                await reader.prepare()
-                self._chunk_reader = reader
-            plan = self._plans.get(request.id)
-            if plan is None:
-                plan = self._plans[request.id] = await reader.plan(request)
-                log.info("snapshot_request_started", request=request.id, table=request.table,
-                         key=list(plan.chunk_key), where=request.where)  # fmt: skip
-                if not plan.chunk_key:
-                    log.warning(
-                        "snapshot_table_without_key",
-                        table=plan.name,
-                        note="read whole, in one window: memory holds the table",
-                    )
-            active = self.snapshots.active
-            if active is None or active.request.id != request.id:
-                return  # cancelled meanwhile
-            window = self.snapshots.open_window(plan.chunk_key or plan.column_names)
-            await reader.read_window(
-                plan, window, active.after, request.where,
-                request.chunk_rows if plan.chunk_key else None,
-            )  # fmt: skip
-        except SnapshotRequestError as exc:
-            failed = self.snapshots.fail(str(exc))
-            self._progress = self.snapshots.progress()
-            log.error("snapshot_request_failed", request=None if failed is None else failed.id,
-                      table=request.table, error=str(exc))  # fmt: skip
-        except (ReplicadError, OSError) as exc:
-            # The primary went away: the window is dropped and read again later.
-            self.snapshots.window = None
-            await self._close_chunk_reader()
-            log.warning("snapshot_chunk_retry", table=request.table, error=str(exc))
-
-    async def _close_chunk_reader(self) -> None:
-        reader, self._chunk_reader = self._chunk_reader, None
-        if reader is not None:
-            await reader.conn.close()
-
-    def _serve_requests(self, stored: Position | None) -> None:
-        """Take queued snapshot requests and cancellations (at most every second) and complete
-        those whose effect the stored position holds."""
-        if self.requests is None or time.monotonic() - self._requests_at < 1.0:
-            return
-        self._requests_at = time.monotonic()
-        durable = (stored.snapshot if stored is not None else None) or ""
-        for request in self.requests.pending():
-            taken = self._taken.get(request.id)
-            if taken is not None:
-                if taken == "cancel" or f'"{taken}"' in durable:
-                    self.requests.complete(request.id, "applied", {"snapshot": taken})
-                    del self._taken[request.id]
-                continue
-            if request.op == "snapshot-cancel":
-                cancelled = self.snapshots.cancel(request.args.get("id"))
-                log.info("snapshot_cancelled", requests=cancelled)
-                self._taken[request.id] = "cancel"
-            elif request.op == "snapshot":
-                try:
-                    wanted = SnapshotRequest.from_json({"id": request.id, **request.args})
-                except SnapshotRequestError as exc:
-                    self.requests.complete(request.id, "rejected", {"error": str(exc)})
-                    continue
-                if not self.filter.includes(*wanted.db_table):
-                    self.requests.complete(
-                        request.id, "rejected", {"error": "the filters exclude this table"}
-                    )
-                    continue
-                if wanted.db_table == self._signal:
-                    self.requests.complete(
-                        request.id, "rejected", {"error": "the signal table is not snapshotted"}
-                    )
-                    continue
-                if self.snapshots.add(wanted):
-                    log.info("snapshot_requested", request=wanted.id, table=wanted.table,
-                             where=wanted.where, chunk_rows=wanted.chunk_rows)  # fmt: skip
-                self._taken[request.id] = wanted.id
-            else:
-                continue  # not ours (position set is the inbox's other use)
-            self._progress = self.snapshots.progress()
 
     async def _publish_table_changes(self, changes: list[TableChange], lease: Lease | None) -> None:
         for change in changes:
@@ -860,16 +532,6 @@ class Pipeline:
             ) from None
         log.info("publishing_resumed", paused_s=round(time.monotonic() - started, 3))
 
-    async def _stop_chunks(self) -> None:
-        task = self._chunk_task
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-        await self._close_chunk_reader()
-
     @property
     def streaming(self) -> bool:
         """Connected to the primary and reading its binlog, or reading the initial snapshot:
@@ -899,6 +561,7 @@ class Pipeline:
 
     def status(self) -> dict[str, Any]:
         """What `replicad status` shows for this pipeline."""
+        initial, incremental = self.snapshots.status()
         return {
             "state": "running",
             "position": None if self.stored is None else self.stored.to_json(),
@@ -909,8 +572,8 @@ class Pipeline:
             ),
             "transactions": self.transactions,
             "rows": self.rows,
-            "snapshot": [p.to_json() for p in self.snapshot_progress] or None,
-            "incremental": None if self._progress is None else self.snapshots.status(),
+            "snapshot": initial,
+            "incremental": incremental,
             "updated_ms": int(time.time() * 1000),
         }
 
@@ -955,9 +618,8 @@ class Pipeline:
                         self.checkpointer.checkpoint()
                     elif self.telemetry.serving:  # latencies and readiness between checkpoints
                         self.checkpointer.observe()
-                    if self._snapshot is None:  # not during the initial snapshot
-                        self._serve_requests(self.checkpointer.stored)
-                        self._start_chunk()
+                    stored = self.checkpointer.stored
+                    self.snapshots.tick(None if stored is None else stored.snapshot)
                     if isinstance(self.stream, RelayedStream):
                         self.stream.maintain(self.checkpointer.stored)  # fsync, retention
                     if self.inbox is not None and self.command is None:
@@ -982,7 +644,7 @@ class Pipeline:
         )
         for sink in self.sinks:  # first: closing the source connection may take a while
             sink.abandon()
-        await self._stop_chunks()
+        await self.snapshots.close()
         await self.stream.close()
 
     async def close(self, failed: bool = False, drain_s: float | None = None) -> None:
@@ -990,7 +652,7 @@ class Pipeline:
         by default what shutdown.timeout_s leaves after the grace) and store the final
         acknowledged position. After a failure only what was already handed over settles;
         nothing new is sent."""
-        await self._stop_chunks()
+        await self.snapshots.close()
         await self.stream.close()
         try:
             if drain_s is None:
