@@ -253,9 +253,13 @@ class SnapshotDriver:
         rest = [p.name for p in view.plans[index:]]
         async for rows in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
             changes = snapshot_reader.reads(
-                plan, rows, (position.file, position.pos), view.info.server_id, ts_ms,
+                plan,
+                rows,
+                (position.file, position.pos),
+                view.info.server_id,
+                ts_ms,
                 progress.rows,
-            )  # fmt: skip
+            )
             progress.rows += len(rows)
             progress.chunks += 1
             batch = ([] if held is None else [held]) + changes[:-1]
@@ -265,9 +269,12 @@ class SnapshotDriver:
             resume = None
             if view.resumable and plan.chunk_key and last is not None:
                 resume = IncrementalSnapshots.resuming(
-                    rest, chunk_rows, snapshot_reader.row_key(plan, last), progress.chunks,
+                    rest,
+                    chunk_rows,
+                    snapshot_reader.row_key(plan, last),
+                    progress.chunks,
                     progress.rows - 1,
-                )  # fmt: skip
+                )
             await emit(batch, None if resume is None else position.with_snapshot(resume.progress()))
             held = changes[-1]
             if self._stopping:
@@ -327,9 +334,14 @@ class SnapshotDriver:
         request = active.request
         finished = state.active is None
         reads = snapshot_reader.reads(
-            plan, rows, (change.file, change.pos), change.server_id, int(time.time() * 1000),
-            first_row, marker="incremental",
-        )  # fmt: skip
+            plan,
+            rows,
+            (change.file, change.pos),
+            change.server_id,
+            int(time.time() * 1000),
+            first_row,
+            marker="incremental",
+        )
         if request.initial:  # the initial snapshot's tables keep its marks
             snapshot_reader.mark_initial(
                 reads,
@@ -412,14 +424,21 @@ class SnapshotDriver:
                 return  # cancelled meanwhile
             window = self._state.open_window(plan.chunk_key or plan.column_names)
             await reader.read_window(
-                plan, window, active.after, request.where,
+                plan,
+                window,
+                active.after,
+                request.where,
                 request.chunk_rows if plan.chunk_key else None,
-            )  # fmt: skip
+            )
         except SnapshotRequestError as exc:
             failed = self._state.fail(str(exc))
             self.progress = self._state.progress()
-            log.error("snapshot_request_failed", request=None if failed is None else failed.id,
-                      table=request.table, error=str(exc))  # fmt: skip
+            log.error(
+                "snapshot_request_failed",
+                request=None if failed is None else failed.id,
+                table=request.table,
+                error=str(exc),
+            )
         except (ReplicadError, OSError) as exc:
             # The primary went away: the window is dropped and read again later.
             self._state.window = None
@@ -428,8 +447,13 @@ class SnapshotDriver:
 
     async def _plan(self, reader: ChunkReader, request: SnapshotRequest) -> TablePlan:
         plan = await reader.plan(request)
-        log.info("snapshot_request_started", request=request.id, table=request.table,
-                 key=list(plan.chunk_key), where=request.where)  # fmt: skip
+        log.info(
+            "snapshot_request_started",
+            request=request.id,
+            table=request.table,
+            key=list(plan.chunk_key),
+            where=request.where,
+        )
         if not plan.chunk_key:
             log.warning(
                 "snapshot_table_without_key",
@@ -486,8 +510,13 @@ class SnapshotDriver:
             self._requests.complete(request.id, "rejected", {"error": refusal})
             return False
         if self._state.add(wanted):
-            log.info("snapshot_requested", request=wanted.id, table=wanted.table,
-                     where=wanted.where, chunk_rows=wanted.chunk_rows)  # fmt: skip
+            log.info(
+                "snapshot_requested",
+                request=wanted.id,
+                table=wanted.table,
+                where=wanted.where,
+                chunk_rows=wanted.chunk_rows,
+            )
         self._taken[request.id] = wanted.id
         return True
 
