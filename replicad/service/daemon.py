@@ -1,11 +1,18 @@
-"""The `replicad run` pipeline: primary -> transactions -> sink -> checkpoint.
+"""The `replicad run` pipeline: primary -> transactions -> sinks -> checkpoint, with the
+snapshots beside the stream.
 
-One direction, no back-edges. Rows are published as they are decoded (a huge transaction
-streams); a mark follows every transaction (and every `checkpoint.rows` rows inside a huge
-one, with a row index, so a restart skips rows already delivered). The position is stored
-only up to the last mark every sink acknowledged (service/checkpoint.py), so a crash re-sends
-at most the unacknowledged window. A sink that cannot keep up makes `publish` wait
+One path per transaction unit: its rows are published as they are decoded (a huge
+transaction streams) and a mark follows it (and every `checkpoint.rows` rows inside a huge
+one, with a row index, so a restart skips rows already delivered). A single sink that takes
+whole ROWS events gets them through its compiled route, a faster way to the same messages;
+the counting, marking and lease checks are the same either way. The position is stored only
+up to the last mark every sink acknowledged (service/checkpoint.py), so a crash re-sends at
+most the unacknowledged window. A sink that cannot keep up makes `publish` wait
 (`wait_for_room`), which stops reading: memory stays bounded.
+
+Snapshots (snapshot/driver.py) are driven beside the stream: the pipeline hands the driver
+the rows of the signal table (watermarks) and of the table being read, and publishes the
+reads the driver produces through the same filters and sinks, between the stream's rows.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -64,12 +72,26 @@ from replicad.source.stream import (
     server_info,
     with_primary,
 )
+from replicad.source.transactions import TransactionUnit
 
 log = structlog.get_logger("replicad.daemon")
 
 FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
 CLOSE_RESERVE_S = 5.0  # of shutdown.timeout_s, kept for closing connections after the drain
 STATUS_INTERVAL_S = 2.0  # how often the status for `replicad status` is refreshed
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where the stream is inside the transaction being read, and what decodes its rows."""
+
+    statement: StatementContext  # thread id and statement text of the rows
+    skip: int = 0  # rows of the transaction delivered before (a restart or reconnect inside)
+    delivered: int = 0  # rows of it counted so far (excluded tables' too)
+    gtid: str | None = None
+    numbering: RowNumbering = field(default_factory=RowNumbering)
+    # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
+    tables: dict[int, TableMapEvent] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -135,6 +157,11 @@ class Pipeline:
             self.stream = ReplicaStream(
                 config.source, password, pipeline=config.pipeline, statements=statements
             )
+        # A single sink that takes whole ROWS events (Kafka, JSON lines) is offered them.
+        only = self.sinks[0] if len(self.sinks) == 1 else None
+        self._event_sink = only if isinstance(only, EventSink) else None
+        self._cursor = _Cursor(StatementContext(keep_query=config.envelope.include_query))
+        self._rows_per_mark = config.checkpoint.rows
         self.committed: Position | None = None  # after the last transaction read
         self.transactions = 0
         self.rows = 0
@@ -264,15 +291,10 @@ class Pipeline:
                 await self._after_mark(checkpointer)
 
     async def _publish_read(self, change: RowChange) -> None:
+        """A snapshot's read (op "r"): published and counted beside the stream's rows."""
         if self._tick_failure is not None:
             raise self._tick_failure
-        if self.lease is not None and not self.lease.valid:
-            await self._wait_for_lease(self.lease)
-        change = self.filter.prepared(change)
-        for sink in self.sinks:
-            sink.publish(change)
-            if sink.backlogged:
-                await sink.wait_for_room()
+        await self._send(change)
         self.rows += 1
         key = (change.db, change.table, change.op)
         table_rows = self.progress.table_rows
@@ -327,26 +349,8 @@ class Pipeline:
                     return
             finally:
                 self._snapshotting = False
-        skip = self.committed.row  # rows of the next transaction already delivered
-        numbering = RowNumbering()
-        delivered = 0
-        gtid_text: str | None = None
-        # thread id and statement text of the rows
-        statement = StatementContext(keep_query=self.config.envelope.include_query)
-        # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
-        tables: dict[int, TableMapEvent] = {}
-        sinks = self.sinks
-        # A single sink that takes whole ROWS events (Kafka, JSON lines) is offered them; it
-        # declines (None) when its filters or value mode rewrite the changes.
-        event_sink = sinks[0] if len(sinks) == 1 and isinstance(sinks[0], EventSink) else None
-        includes = self.filter.includes
-        rows_per_mark = self.config.checkpoint.rows
-        lease = self.lease
-        watches = self.snapshots.watches
+        self._cursor.skip = self.committed.row  # rows of the next transaction delivered
         progress = self.progress
-        table_rows, table_bytes = progress.table_rows, progress.table_bytes
-        events_by_path = progress.events_by_path
-        file_clock = self.file_clock
         self._reading = True
         async for unit in self.stream.units(self.committed.with_snapshot(None)):
             if isinstance(unit, HeartbeatEvent):
@@ -361,145 +365,181 @@ class Pipeline:
                 if self._tick_failure is not None:  # a sink failed while the source was quiet
                     raise self._tick_failure
                 if isinstance(unit, Reconnected):
-                    self.telemetry.reconnects.labels(self.config.pipeline).inc()
-                    # The transaction in flight (if any) is sent again from its start.
-                    skip = max(skip, delivered) if self._in_transaction else skip
-                    log.info(
-                        "source_resumed",
-                        position=str(unit.position),
-                        in_transaction=self._in_transaction,
-                        skip_rows=skip,
-                    )
-                    self._in_transaction = False
-                    delivered = 0
-                    self.history.rollback()  # the DDL of the transaction in flight comes again
+                    self._resumed(unit)
                     continue
-                if unit.first:
-                    progress.transaction_started()
-                    file_clock.seen(unit.file, unit.timestamp)  # for the retention check
-                    self._in_transaction = True
-                    delivered = 0
-                    gtid_text = None if unit.gtid is None else str(unit.gtid)
-                for event in unit.events:
-                    # Schema history: DDL as it is read (rows later in its transaction need
-                    # it), stamped with its position at the commit; each TABLE_MAP resolved
-                    # against it before its rows.
-                    if isinstance(event, QueryEvent):
-                        statement.see(event)
-                        outcome = self.history.follow(event)
-                        # Table-level changes go out in order with the rows; when resuming
-                        # inside a transaction, those before the resume point went out already.
-                        if outcome.verb and delivered >= skip:
-                            await self._publish_table_changes(
-                                table_changes(outcome, event, unit.file, gtid_text), lease
-                            )
-                        continue
-                    if isinstance(event, TableMapEvent):
-                        tables[event.table_id] = self.history.resolve(event)
-                        continue
-                    if not isinstance(event, RowsEvent):
-                        statement.see(event)
-                        continue
-                    table = tables.get(event.table_id) or event.table_map
-                    wanted = table is None or includes(table.schema, table.table)
-                    # The signal table's and the open window's rows go to the snapshots.
-                    watched = table is not None and watches(table.schema, table.table)
-                    rows = EventRows(
-                        event,
-                        unit.file,
-                        gtid_text,
-                        numbering,
-                        table,
-                        statement.thread,
-                        statement.query,
-                        statement.commit_us,
-                    )
-                    if (
-                        event_sink is not None
-                        and wanted
-                        and table is not None
-                        and delivered >= skip
-                        and not watched
-                    ):
-                        # The whole event through the compiled path, when the sink can.
-                        if lease is not None and not lease.valid:
-                            await self._wait_for_lease(lease)
-                        count = event_sink.publish_event(rows)
-                        if count is not None:
-                            events_by_path["compiled"] += 1
-                            if not self.rows:
-                                log.info("first_row_published", position=str(self.committed))
-                            self.rows += count
-                            key = (table.schema, table.table, event.op)
-                            table_rows[key] = table_rows.get(key, 0) + count
-                            table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
-                            marks_before = delivered // rows_per_mark
-                            delivered += count
-                            if delivered // rows_per_mark != marks_before:
-                                checkpointer.mark(self.committed.with_row(delivered), False)
-                                await self._after_mark(checkpointer)
-                            if event_sink.backlogged:
-                                await event_sink.wait_for_room()
-                            continue
-                    # Rows of excluded tables are counted too, so that the row index of a
-                    # restart does not depend on the filters.
-                    changes: Iterable[RowChange] = rows.changes()
-                    if watched:
-                        assert table is not None
-                        changes = list(changes)
-                        if not await self.snapshots.seen(table.schema, table.table, changes):
-                            wanted = False  # watermarks are never published
-                    published = 0
-                    for change in changes:
-                        if delivered < skip:
-                            delivered += 1
-                            continue
-                        delivered += 1
-                        if wanted:
-                            published += 1
-                            if lease is not None and not lease.valid:
-                                await self._wait_for_lease(lease)
-                            change = self.filter.prepared(change)
-                            for sink in sinks:
-                                sink.publish(change)
-                                if sink.backlogged:
-                                    await sink.wait_for_room()
-                            if not self.rows:
-                                log.info("first_row_published", position=str(self.committed))
-                            self.rows += 1
-                        if delivered % rows_per_mark == 0:
-                            checkpointer.mark(self.committed.with_row(delivered), False)
-                            await self._after_mark(checkpointer)
-                    if published:
-                        events_by_path["row_by_row"] += 1
-                        key = (change.db, change.table, change.op)
-                        table_rows[key] = table_rows.get(key, 0) + published
-                        table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
-                if unit.end is None:
-                    continue  # a part of a large transaction: the rest follows
-                self.last_commit_read = time.time()
-                self.history.commit(unit.end)
-                # Snapshot progress rides with the position: durable exactly when the reads
-                # before it are acknowledged.
-                progress_json = self.snapshots.progress
-                end = unit.end if progress_json is None else unit.end.with_snapshot(progress_json)
-                progress.transaction_read(checkpointer.mark(end, True), unit.commit_ts)
-                self.committed = end
-                self._in_transaction = False
-                self.transactions += 1
-                skip = delivered = 0
-                await self._after_mark(checkpointer)
-                if self._stop_requested or self.command is not None:
+                await self._transaction(unit, checkpointer)
+                if unit.end is not None and (self._stop_requested or self.command is not None):
                     return
             finally:
                 self._gate.release()
 
-    async def _publish_table_changes(self, changes: list[TableChange], lease: Lease | None) -> None:
+    def _resumed(self, unit: Reconnected) -> None:
+        """The source reconnected: the transaction in flight (if any) comes again from its
+        start, and the rows of it already handed to the sinks are skipped."""
+        self.telemetry.reconnects.labels(self.config.pipeline).inc()
+        cursor = self._cursor
+        if self._in_transaction:
+            cursor.skip = max(cursor.skip, cursor.delivered)
+        log.info(
+            "source_resumed",
+            position=str(unit.position),
+            in_transaction=self._in_transaction,
+            skip_rows=cursor.skip,
+        )
+        self._in_transaction = False
+        cursor.delivered = 0
+        self.history.rollback()  # the DDL of the transaction in flight comes again
+
+    async def _transaction(self, unit: TransactionUnit, checkpointer: Checkpointer) -> None:
+        """One transaction (or a part of a large one) in, its messages out, its mark placed.
+        Schema history: DDL is applied as it is read (rows later in its transaction need
+        it) and stamped with its position at the commit; each TABLE_MAP is resolved against
+        it before its rows."""
+        cursor = self._cursor
+        if unit.first:
+            self.progress.transaction_started()
+            self.file_clock.seen(unit.file, unit.timestamp)  # for the retention check
+            self._in_transaction = True
+            cursor.delivered = 0
+            cursor.gtid = None if unit.gtid is None else str(unit.gtid)
+        for event in unit.events:
+            if isinstance(event, RowsEvent):
+                await self._rows(event, unit.file, checkpointer)
+            elif isinstance(event, TableMapEvent):
+                cursor.tables[event.table_id] = self.history.resolve(event)
+            elif isinstance(event, QueryEvent):
+                await self._query(event, unit.file)
+            else:
+                cursor.statement.see(event)
+        if unit.end is not None:  # else a part of a large transaction: the rest follows
+            await self._commit(unit.end, unit.commit_ts, checkpointer)
+
+    async def _query(self, event: QueryEvent, file: str | None) -> None:
+        cursor = self._cursor
+        cursor.statement.see(event)
+        outcome = self.history.follow(event)
+        # Table-level changes go out in order with the rows; when resuming inside a
+        # transaction, those before the resume point went out already.
+        if outcome.verb and cursor.delivered >= cursor.skip:
+            await self._publish_table_changes(table_changes(outcome, event, file, cursor.gtid))
+
+    async def _rows(self, event: RowsEvent, file: str | None, checkpointer: Checkpointer) -> None:
+        """One ROWS event: its rows out and counted, a mark every `checkpoint.rows` rows. A
+        single sink that takes whole events (`EventSink`: Kafka, JSON lines) is offered the
+        event first, the faster route to the same messages; it declines (None) when its
+        filters or value mode rewrite the changes, and the rows go one by one."""
+        cursor = self._cursor
+        table = cursor.tables.get(event.table_id) or event.table_map
+        wanted = table is None or self.filter.includes(table.schema, table.table)
+        # The signal table's and the open window's rows go to the snapshots first.
+        watched = table is not None and self.snapshots.watches(table.schema, table.table)
+        statement = cursor.statement
+        rows = EventRows(
+            event,
+            file,
+            cursor.gtid,
+            cursor.numbering,
+            table,
+            statement.thread,
+            statement.query,
+            statement.commit_us,
+        )
+        sink = self._event_sink
+        count = None
+        if sink is not None and table is not None and wanted and not watched:
+            if cursor.delivered >= cursor.skip:  # (else rows of it are being skipped)
+                await self._hold_lease()
+                count = sink.publish_event(rows)
+        path = "compiled"
+        if count is not None:
+            if self._advance(count, count):
+                await self._mark_inside(checkpointer)
+            if sink is not None and sink.backlogged:
+                await sink.wait_for_room()
+        else:  # declined, or not offered: row by row
+            path = "row_by_row"
+            changes: Iterable[RowChange] = rows.changes()
+            if watched:
+                assert table is not None
+                changes = list(changes)
+                if not await self.snapshots.seen(table.schema, table.table, changes):
+                    wanted = False  # watermarks are never published
+            count = await self._row_by_row(changes, wanted, checkpointer)
+            if not count:
+                return
+        key = ("", "", event.op) if table is None else (table.schema, table.table, event.op)
+        progress = self.progress
+        progress.events_by_path[path] += 1
+        progress.table_rows[key] = progress.table_rows.get(key, 0) + count
+        progress.table_bytes[key] = progress.table_bytes.get(key, 0) + event.header.event_size
+
+    async def _row_by_row(
+        self, changes: Iterable[RowChange], wanted: bool, checkpointer: Checkpointer
+    ) -> int:
+        """The rows one by one; those of excluded tables (not `wanted`) are counted too, so
+        that the row index of a restart does not depend on the filters. Returns how many
+        were published."""
+        cursor = self._cursor
+        published = 0
+        for change in changes:
+            if cursor.delivered < cursor.skip:  # handed over before the restart or reconnect
+                cursor.delivered += 1
+                continue
+            if wanted:
+                await self._send(change)
+                published += 1
+            if self._advance(1, 1 if wanted else 0):
+                await self._mark_inside(checkpointer)
+        return published
+
+    def _advance(self, rows: int, published: int) -> bool:
+        """`rows` more rows of the transaction delivered, `published` of them handed to the
+        sinks. True: a mark is due (one every `checkpoint.rows` rows)."""
+        if published:
+            if not self.rows:
+                log.info("first_row_published", position=str(self.committed))
+            self.rows += published
+        cursor = self._cursor
+        before = cursor.delivered // self._rows_per_mark
+        cursor.delivered += rows
+        return cursor.delivered // self._rows_per_mark != before
+
+    async def _mark_inside(self, checkpointer: Checkpointer) -> None:
+        """A mark inside a large transaction, with its row index: a restart there skips the
+        rows before it."""
+        assert self.committed is not None
+        checkpointer.mark(self.committed.with_row(self._cursor.delivered), False)
+        await self._after_mark(checkpointer)
+
+    async def _commit(self, end: Position, commit_ts: int, checkpointer: Checkpointer) -> None:
+        """The transaction's mark. Snapshot progress rides with the position: durable exactly
+        when the reads before it are acknowledged."""
+        self.last_commit_read = time.time()
+        self.history.commit(end)
+        progress = self.snapshots.progress
+        if progress is not None:
+            end = end.with_snapshot(progress)
+        self.progress.transaction_read(checkpointer.mark(end, True), commit_ts)
+        self.committed = end
+        self._in_transaction = False
+        self.transactions += 1
+        self._cursor.skip = self._cursor.delivered = 0
+        await self._after_mark(checkpointer)
+
+    async def _send(self, change: RowChange) -> None:
+        """One change to every sink, as the filters prepare it, under a valid lease."""
+        await self._hold_lease()
+        change = self.filter.prepared(change)
+        for sink in self.sinks:
+            sink.publish(change)
+            if sink.backlogged:
+                await sink.wait_for_room()
+
+    async def _publish_table_changes(self, changes: list[TableChange]) -> None:
         for change in changes:
             if not self.filter.includes(change.db, change.table):
                 continue
-            if lease is not None and not lease.valid:
-                await self._wait_for_lease(lease)
+            await self._hold_lease()
             for sink in self.sinks:
                 await sink.publish_table(change)
                 if sink.backlogged:
@@ -511,6 +551,13 @@ class Pipeline:
                 file=change.file,
                 pos=change.pos,
             )
+
+    async def _hold_lease(self) -> None:
+        """Before anything is published (or a batch committed): the lease, if there is one,
+        is valid, or publishing waits (`_wait_for_lease`)."""
+        lease = self.lease
+        if lease is not None and not lease.valid:
+            await self._wait_for_lease(lease)
 
     async def _wait_for_lease(self, lease: Lease) -> None:
         """Publishing stops the moment the lease is in doubt (ZooKeeper suspended, or not
@@ -578,9 +625,7 @@ class Pipeline:
         }
 
     async def _after_mark(self, checkpointer: Checkpointer) -> None:
-        lease = self.lease
-        if lease is not None and not lease.valid:  # a due batch would commit (publish) here
-            await self._wait_for_lease(lease)
+        await self._hold_lease()  # a due batch would commit (publish) here
         for sink in self.sinks:
             if sink.backlogged:  # e.g. an exactly-once batch is due
                 await sink.wait_for_room()
@@ -603,15 +648,13 @@ class Pipeline:
             interval = min(interval, relay.fsync_interval_ms / 1000)
         interval = min(interval, 0.5)
         assert self.checkpointer is not None
-        lease = self.lease
         while True:
             await asyncio.sleep(interval)
             async with self._gate:
                 try:
                     # The lease first: maintain() may commit a batch (publish it), and a
                     # process that slept past its session must not.
-                    if lease is not None and not lease.valid:
-                        await self._wait_for_lease(lease)  # a lost lease ends the pipeline
+                    await self._hold_lease()  # a lost lease ends the pipeline
                     for sink in self.sinks:
                         await sink.maintain()
                     if self.checkpointer.due():
