@@ -21,6 +21,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import structlog
@@ -294,7 +295,7 @@ class Pipeline:
         """A snapshot's read (op "r"): published and counted beside the stream's rows."""
         if self._tick_failure is not None:
             raise self._tick_failure
-        await self._send(change)
+        await self._send((change,))
         self.rows += 1
         key = (change.db, change.table, change.op)
         table_rows = self.progress.table_rows
@@ -476,21 +477,26 @@ class Pipeline:
     async def _row_by_row(
         self, changes: Iterable[RowChange], wanted: bool, checkpointer: Checkpointer
     ) -> int:
-        """The rows one by one; those of excluded tables (not `wanted`) are counted too, so
-        that the row index of a restart does not depend on the filters. Returns how many
-        were published."""
+        """The rows one by one, in runs that end where a mark is due; those of excluded
+        tables (not `wanted`) are counted too, so that the row index of a restart does not
+        depend on the filters. Returns how many were published."""
         cursor = self._cursor
+        rows = iter(changes)
+        while cursor.delivered < cursor.skip:  # handed over before the restart or reconnect
+            if next(rows, None) is None:
+                return 0
+            cursor.delivered += 1
+        per_mark = self._rows_per_mark
         published = 0
-        for change in changes:
-            if cursor.delivered < cursor.skip:  # handed over before the restart or reconnect
-                cursor.delivered += 1
-                continue
+        while True:
+            run = islice(rows, per_mark - cursor.delivered % per_mark)
+            count = await self._send(run) if wanted else sum(1 for _ in run)
+            if not count:
+                return published
             if wanted:
-                await self._send(change)
-                published += 1
-            if self._advance(1, 1 if wanted else 0):
+                published += count
+            if self._advance(count, count if wanted else 0):
                 await self._mark_inside(checkpointer)
-        return published
 
     def _advance(self, rows: int, published: int) -> bool:
         """`rows` more rows of the transaction delivered, `published` of them handed to the
@@ -526,14 +532,20 @@ class Pipeline:
         self._cursor.skip = self._cursor.delivered = 0
         await self._after_mark(checkpointer)
 
-    async def _send(self, change: RowChange) -> None:
-        """One change to every sink, as the filters prepare it, under a valid lease."""
-        await self._hold_lease()
-        change = self.filter.prepared(change)
-        for sink in self.sinks:
-            sink.publish(change)
-            if sink.backlogged:
-                await sink.wait_for_room()
+    async def _send(self, changes: Iterable[RowChange]) -> int:
+        """Changes to every sink, as the filters prepare them, each under a valid lease;
+        returns how many."""
+        sinks, prepared = self.sinks, self.filter.prepared
+        count = 0
+        for change in changes:
+            await self._hold_lease()
+            change = prepared(change)
+            for sink in sinks:
+                sink.publish(change)
+                if sink.backlogged:
+                    await sink.wait_for_room()
+            count += 1
+        return count
 
     async def _publish_table_changes(self, changes: list[TableChange]) -> None:
         for change in changes:
