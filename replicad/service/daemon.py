@@ -1,19 +1,27 @@
-"""The `replicad run` pipeline: primary -> transactions -> sink -> checkpoint.
+"""The `replicad run` pipeline: primary -> transactions -> sinks -> checkpoint, with the
+snapshots beside the stream.
 
-One direction, no back-edges. Rows are published as they are decoded (a huge transaction
-streams); a mark follows every transaction (and every `checkpoint.rows` rows inside a huge
-one, with a row index, so a restart skips rows already delivered). The position is stored
-only up to the last mark every sink acknowledged (service/checkpoint.py), so a crash re-sends
-at most the unacknowledged window. A sink that cannot keep up makes `publish` wait
+One path per transaction unit: its rows are published as they are decoded (a huge
+transaction streams) and a mark follows it (and every `checkpoint.rows` rows inside a huge
+one, with a row index, so a restart skips rows already delivered). A single sink that takes
+whole ROWS events gets them through its compiled route, a faster way to the same messages;
+the counting, marking and lease checks are the same either way. The position is stored only
+up to the last mark every sink acknowledged (service/checkpoint.py), so a crash re-sends at
+most the unacknowledged window. A sink that cannot keep up makes `publish` wait
 (`wait_for_room`), which stops reading: memory stays bounded.
+
+Snapshots (snapshot/driver.py) are driven beside the stream: the pipeline hands the driver
+the rows of the signal table (watermarks) and of the table being read, and publishes the
+reads the driver produces through the same filters and sinks, between the stream's rows.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import structlog
@@ -49,16 +57,8 @@ from replicad.sinks.kafka import KafkaSink
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.stdout import JsonLinesSink
 from replicad.sinks.value_modes import ValueMode
-from replicad.snapshot import reader as snapshot_reader
-from replicad.snapshot.columns import SnapshotError
-from replicad.snapshot.incremental import (
-    IncrementalSnapshots,
-    SnapshotRequest,
-    SnapshotRequestError,
-    initial_request,
-)
-from replicad.snapshot.reader import ReadView, TablePlan, TableProgress
-from replicad.snapshot.watermarks import ChunkReader
+from replicad.snapshot.driver import SnapshotDriver
+from replicad.snapshot.reader import TableProgress
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,
@@ -70,17 +70,29 @@ from replicad.source.start import initial_position
 from replicad.source.stream import (
     Reconnected,
     ReplicaStream,
-    ServerInfo,
-    connect_retrying,
     server_info,
     with_primary,
 )
+from replicad.source.transactions import TransactionUnit
 
 log = structlog.get_logger("replicad.daemon")
 
 FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
 CLOSE_RESERVE_S = 5.0  # of shutdown.timeout_s, kept for closing connections after the drain
 STATUS_INTERVAL_S = 2.0  # how often the status for `replicad status` is refreshed
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where the stream is inside the transaction being read, and what decodes its rows."""
+
+    statement: StatementContext  # thread id and statement text of the rows
+    skip: int = 0  # rows of the transaction delivered before (a restart or reconnect inside)
+    delivered: int = 0  # rows of it counted so far (excluded tables' too)
+    gtid: str | None = None
+    numbering: RowNumbering = field(default_factory=RowNumbering)
+    # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
+    tables: dict[int, TableMapEvent] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -146,6 +158,11 @@ class Pipeline:
             self.stream = ReplicaStream(
                 config.source, password, pipeline=config.pipeline, statements=statements
             )
+        # A single sink that takes whole ROWS events (Kafka, JSON lines) is offered them.
+        only = self.sinks[0] if len(self.sinks) == 1 else None
+        self._event_sink = only if isinstance(only, EventSink) else None
+        self._cursor = _Cursor(StatementContext(keep_query=config.envelope.include_query))
+        self._rows_per_mark = config.checkpoint.rows
         self.committed: Position | None = None  # after the last transaction read
         self.transactions = 0
         self.rows = 0
@@ -160,27 +177,17 @@ class Pipeline:
         self.checkpointer: Checkpointer | None = None
         self.last_commit_read: float | None = None  # wall clock
         self._status_at = 0.0
-        # snapshot.mode: the open read view (connection, its position, server, tables) until
-        # the snapshot is published, and the progress `replicad status` shows.
-        self._snapshot: ReadView | None = None
-        self.snapshot_progress: list[TableProgress] = []
-        # Incremental snapshots (snapshot/incremental.py): their state, its JSON as the marks
-        # carry it (None: nothing requested), the operator requests they come from.
-        self.snapshots = IncrementalSnapshots()
-        self._progress: str | None = None
+        # The initial and incremental snapshots (snapshot/driver.py), with their progress.
         if requests is None and config.coordination.zookeeper is None:
             requests = LocalRequests(config.coordination.local.path)
-        self.requests = requests
-        self._taken: dict[str, str] = {}  # operator request id -> snapshot request id
-        self._requests_at = 0.0
-        signal = config.snapshot.signal
-        self._signal = (signal.database, signal.table)
-        self._chunk_reader: ChunkReader | None = None
-        self._chunk_task: asyncio.Task[None] | None = None
-        self._plans: dict[str, TablePlan] = {}
-        # The initial snapshot's first table when read with watermarks (its first read is
-        # "first"); not kept across a restart, which resumes after that read went out.
-        self._first_initial: str | None = None
+        self.snapshots = SnapshotDriver(
+            config,
+            password,
+            includes=self.filter.includes,
+            publish=self._publish_read,
+            leading=lambda: self.lease is None or self.lease.valid,
+            requests=requests,
+        )
         # Counters, lag and acknowledgements for the metrics and /readyz (service/progress.py):
         # plain integers, so that no prometheus-client call sits on the per-row path.
         self.progress = self.telemetry.progress(config)
@@ -190,6 +197,7 @@ class Pipeline:
 
     def request_stop(self) -> None:
         self._stop_requested = True
+        self.snapshots.request_stop()
 
     @property
     def idle(self) -> bool:
@@ -222,12 +230,11 @@ class Pipeline:
                 )
                 stored = None
         if stored is None and self.config.snapshot.mode != "never":
-            return await self._open_snapshot()
+            position, self.history = await self.snapshots.open_initial()
+            return position
         if stored is not None:
             log.info("position_loaded", position=str(stored))
-            if stored.snapshot is not None:  # incremental snapshots in progress
-                self.snapshots = IncrementalSnapshots(stored.snapshot)
-                self._progress = stored.snapshot
+            self.snapshots.resume(stored.snapshot)  # incremental snapshots in progress
             # The persisted history, trimmed to the stored position; never a new snapshot
             # (that would be today's schema, not the one at the position) unless there is none.
             try:
@@ -268,185 +275,27 @@ class Pipeline:
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
         return position
 
-    def _snapshotted(self, db: str, table: str) -> bool:
-        return self.filter.includes(db, table) and (db, table) != self._signal
+    @property
+    def snapshot_progress(self) -> list[TableProgress]:
+        """The initial snapshot's tables, for the metrics."""
+        return self.snapshots.tables
 
-    async def _open_snapshot(self) -> Position:
-        """Open the consistent read view of the initial snapshot: its binlog position is where
-        the stream starts, and the schema history is taken there (snapshot/reader.py). With
-        `initial_method: watermarks` (the default on MySQL, where a read view's position
-        needs a global read lock: `snapshot.locking`) the stream starts now and every
-        included table is queued as an incremental snapshot instead."""
-        conn = await connect_retrying(self.config.source, self.password, what="snapshot")
-        try:
-            info = await server_info(conn)
-            method = self.config.snapshot.initial_method
-            if method == "watermarks" or (method == "auto" and not info.mariadb):
-                position = await self._queue_initial_snapshots(conn, info)
-                await conn.close()  # the chunks read on a connection of their own
-                return position
-            resumable = await self._signal_usable(conn, info)
-            position = await snapshot_reader.begin(conn, info, self.config.snapshot)
-            self.history = await snapshot(conn, position)
-            plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
-        except BaseException:
-            await conn.close()
-            raise
-        self._snapshot = ReadView(conn, position, info, plans, resumable)
-        self.snapshot_progress = [TableProgress(plan.name) for plan in plans]
-        log.info(
-            "snapshot_started",
-            position=str(position),
-            tables=[plan.name for plan in plans],
-            chunk_rows=self.config.snapshot.chunk_rows,
-            resumable=resumable,
-        )
-        return position
-
-    async def _signal_usable(self, conn: AsyncConnection, info: ServerInfo) -> bool:
-        """Whether an interrupted consistent snapshot can resume: the rest is then read with
-        watermarks, which need the signal table (checked before the read view opens: the
-        check's rollback would end it)."""
-        reader = ChunkReader(conn, info, self.config.snapshot.signal, self.config.pipeline)
-        try:
-            await reader.check_signal()
-        except SnapshotRequestError as exc:
-            log.warning(
-                "snapshot_not_resumable",
-                reason=str(exc),
-                note="an interrupted initial snapshot starts again from the beginning",
-            )
-            return False
-        return True
-
-    async def _queue_initial_snapshots(self, conn: AsyncConnection, info: ServerInfo) -> Position:
-        """The initial snapshot as incremental snapshots: start streaming at the primary's
-        current position and queue every included table; each is read in watermarked chunks
-        while the stream runs (docs/snapshots.md). The signal table is checked first: an
-        initial snapshot that cannot run stops the start with a clear error."""
-        try:
-            position = await initial_position(conn, info, "latest")
-            self.history = await snapshot(conn, position)
-            reader = ChunkReader(conn, info, self.config.snapshot.signal, self.config.pipeline)
-            await reader.prepare()
-            plans = await snapshot_reader.plan_tables(conn, info, self._snapshotted)
-            chunk_rows = self.config.snapshot.chunk_rows
-            for plan in plans:
-                request = initial_request(plan.name, chunk_rows)
-                if plan is plans[0]:
-                    await reader.check(request)
-                    self._first_initial = request.id
-                self.snapshots.add(request)
-        except SnapshotRequestError as exc:
-            raise SnapshotError(f"the initial snapshot cannot run: {exc}") from None
-        self._progress = self.snapshots.progress()
-        log.info(
-            "snapshot_started",
-            method="watermarks",
-            position=str(position),
-            tables=[plan.name for plan in plans],
-            chunk_rows=chunk_rows,
-        )
-        return position
-
-    async def _read_snapshot(self, checkpointer: Checkpointer) -> bool:
-        """Publish every row of the snapshot's tables as op "r", then mark its position, so
-        the position is stored once every read is acknowledged. A resumable snapshot also
-        marks the position after every chunk (and table) with the rest of it as incremental
-        snapshots: a restart streams from the snapshot's position and reads the rest with
-        watermarks. False: stopped before the end."""
-        view = self._snapshot
-        assert view is not None
-        position = view.position
-        chunk_rows = self.config.snapshot.chunk_rows
-        ts_ms = int(time.time() * 1000)
-        started = time.monotonic()
-        try:
-            for index, (plan, progress) in enumerate(
-                zip(view.plans, self.snapshot_progress, strict=True)
-            ):
-                progress.started = time.monotonic()
-                log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
-                # The last row read is held back: marked the table's last if no more follow.
-                held: RowChange | None = None
-                sent = 0
-                marks = {"first_table": index == 0, "last_table": index == len(view.plans) - 1}
-                rest = [p.name for p in view.plans[index:]]
-                async for rows in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
-                    changes = snapshot_reader.reads(
-                        plan, rows, (position.file, position.pos), view.info.server_id,
-                        ts_ms, progress.rows,
-                    )  # fmt: skip
-                    progress.rows += len(rows)
-                    progress.chunks += 1
-                    batch = ([] if held is None else [held]) + changes[:-1]
-                    snapshot_reader.mark_initial(
-                        batch, **marks, starts_table=sent == 0, ends_table=False
-                    )
-                    sent += len(batch)
-                    async with self._gate:
-                        for change in batch:
-                            await self._publish_read(change)
-                        published = changes[-2].after if len(changes) > 1 else (
-                            None if held is None else held.after
-                        )  # fmt: skip
-                        if view.resumable and plan.chunk_key and published is not None:
-                            resume = IncrementalSnapshots.resuming(
-                                rest, chunk_rows, snapshot_reader.row_key(plan, published),
-                                progress.chunks, progress.rows - 1,
-                            )  # fmt: skip
-                            checkpointer.mark(position.with_snapshot(resume.progress()), True)
-                            await self._after_mark(checkpointer)
-                    held = changes[-1]
-                    if self._stop_requested:
-                        log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
-                        return False
-                if held is not None:
-                    snapshot_reader.mark_initial(
-                        [held], **marks, starts_table=sent == 0, ends_table=True
-                    )
-                async with self._gate:
-                    if held is not None:
-                        await self._publish_read(held)
-                    rest = rest[1:]
-                    if view.resumable and rest:
-                        resume = IncrementalSnapshots.resuming(rest, chunk_rows)
-                        checkpointer.mark(position.with_snapshot(resume.progress()), True)
-                        await self._after_mark(checkpointer)
-                progress.done = True
-                log.info(
-                    "snapshot_table_done",
-                    table=plan.name,
-                    rows=progress.rows,
-                    chunks=progress.chunks,
-                    seconds=round(time.monotonic() - progress.started, 3),
-                )
-        finally:
-            self._snapshot = None
-            with contextlib.suppress(ReplicadError):  # e.g. cancelled inside a query
-                await snapshot_reader.end(view.conn)
-            await view.conn.close()
+    async def _emit_reads(self, reads: Sequence[RowChange], mark: Position | None) -> None:
+        """Reads of the initial snapshot, then a mark at `mark` (if any), as one step."""
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
         async with self._gate:
-            checkpointer.mark(position, True)
-            await self._after_mark(checkpointer)
-        log.info(
-            "snapshot_done",
-            position=str(position),
-            rows=sum(p.rows for p in self.snapshot_progress),
-            seconds=round(time.monotonic() - started, 3),
-        )
-        return True
+            for read in reads:
+                await self._publish_read(read)
+            if mark is not None:
+                checkpointer.mark(mark, True)
+                await self._after_mark(checkpointer)
 
     async def _publish_read(self, change: RowChange) -> None:
+        """A snapshot's read (op "r"): published and counted beside the stream's rows."""
         if self._tick_failure is not None:
             raise self._tick_failure
-        if self.lease is not None and not self.lease.valid:
-            await self._wait_for_lease(self.lease)
-        change = self.filter.prepared(change)
-        for sink in self.sinks:
-            sink.publish(change)
-            if sink.backlogged:
-                await sink.wait_for_room()
+        await self._send((change,))
         self.rows += 1
         key = (change.db, change.table, change.op)
         table_rows = self.progress.table_rows
@@ -494,33 +343,15 @@ class Pipeline:
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
-        if self._snapshot is not None:
+        if self.snapshots.initial_open:
             self._snapshotting = True
             try:
-                if not await self._read_snapshot(checkpointer):
+                if not await self.snapshots.read_initial(self._emit_reads):
                     return
             finally:
                 self._snapshotting = False
-        skip = self.committed.row  # rows of the next transaction already delivered
-        numbering = RowNumbering()
-        delivered = 0
-        gtid_text: str | None = None
-        # thread id and statement text of the rows
-        statement = StatementContext(keep_query=self.config.envelope.include_query)
-        # TABLE_MAPs as the rows are decoded with (named from the schema history if needed).
-        tables: dict[int, TableMapEvent] = {}
-        sinks = self.sinks
-        # A single sink that takes whole ROWS events (Kafka, JSON lines) is offered them; it
-        # declines (None) when its filters or value mode rewrite the changes.
-        event_sink = sinks[0] if len(sinks) == 1 and isinstance(sinks[0], EventSink) else None
-        includes = self.filter.includes
-        rows_per_mark = self.config.checkpoint.rows
-        lease = self.lease
-        signal = self._signal
+        self._cursor.skip = self.committed.row  # rows of the next transaction delivered
         progress = self.progress
-        table_rows, table_bytes = progress.table_rows, progress.table_bytes
-        events_by_path = progress.events_by_path
-        file_clock = self.file_clock
         self._reading = True
         async for unit in self.stream.units(self.committed.with_snapshot(None)):
             if isinstance(unit, HeartbeatEvent):
@@ -535,299 +366,192 @@ class Pipeline:
                 if self._tick_failure is not None:  # a sink failed while the source was quiet
                     raise self._tick_failure
                 if isinstance(unit, Reconnected):
-                    self.telemetry.reconnects.labels(self.config.pipeline).inc()
-                    # The transaction in flight (if any) is sent again from its start.
-                    skip = max(skip, delivered) if self._in_transaction else skip
-                    log.info(
-                        "source_resumed",
-                        position=str(unit.position),
-                        in_transaction=self._in_transaction,
-                        skip_rows=skip,
-                    )
-                    self._in_transaction = False
-                    delivered = 0
-                    self.history.rollback()  # the DDL of the transaction in flight comes again
+                    self._resumed(unit)
                     continue
-                if unit.first:
-                    progress.transaction_started()
-                    file_clock.seen(unit.file, unit.timestamp)  # for the retention check
-                    self._in_transaction = True
-                    delivered = 0
-                    gtid_text = None if unit.gtid is None else str(unit.gtid)
-                for event in unit.events:
-                    # Schema history: DDL as it is read (rows later in its transaction need
-                    # it), stamped with its position at the commit; each TABLE_MAP resolved
-                    # against it before its rows.
-                    if isinstance(event, QueryEvent):
-                        statement.see(event)
-                        outcome = self.history.follow(event)
-                        # Table-level changes go out in order with the rows; when resuming
-                        # inside a transaction, those before the resume point went out already.
-                        if outcome.verb and delivered >= skip:
-                            await self._publish_table_changes(
-                                table_changes(outcome, event, unit.file, gtid_text), lease
-                            )
-                        continue
-                    if isinstance(event, TableMapEvent):
-                        tables[event.table_id] = self.history.resolve(event)
-                        continue
-                    if not isinstance(event, RowsEvent):
-                        statement.see(event)
-                        continue
-                    table = tables.get(event.table_id) or event.table_map
-                    wanted = table is None or includes(table.schema, table.table)
-                    window = self.snapshots.window
-                    rows = EventRows(
-                        event,
-                        unit.file,
-                        gtid_text,
-                        numbering,
-                        table,
-                        statement.thread,
-                        statement.query,
-                        statement.commit_us,
-                    )
-                    if (
-                        event_sink is not None
-                        and wanted
-                        and table is not None
-                        and delivered >= skip
-                        and (table.schema, table.table) != signal
-                        and (window is None or table.table != window.table)
-                    ):
-                        # The whole event through the compiled path, when the sink can.
-                        if lease is not None and not lease.valid:
-                            await self._wait_for_lease(lease)
-                        count = event_sink.publish_event(rows)
-                        if count is not None:
-                            events_by_path["compiled"] += 1
-                            if not self.rows:
-                                log.info("first_row_published", position=str(self.committed))
-                            self.rows += count
-                            key = (table.schema, table.table, event.op)
-                            table_rows[key] = table_rows.get(key, 0) + count
-                            table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
-                            marks_before = delivered // rows_per_mark
-                            delivered += count
-                            if delivered // rows_per_mark != marks_before:
-                                checkpointer.mark(self.committed.with_row(delivered), False)
-                                await self._after_mark(checkpointer)
-                            if event_sink.backlogged:
-                                await event_sink.wait_for_room()
-                            continue
-                    # Rows of excluded tables are counted too, so that the row index of a
-                    # restart does not depend on the filters.
-                    changes: Iterable[RowChange] = rows.changes()
-                    if table is not None and (
-                        (table.schema, table.table) == signal
-                        or (window is not None and table.table == window.table)
-                    ):
-                        # Watermarks are never published; inside a snapshot window, the
-                        # snapshotted table's changes take their keys out of the chunk.
-                        changes = list(changes)
-                        if (table.schema, table.table) == signal:
-                            wanted = False
-                            await self._watermarks(changes)
-                        else:
-                            for change in changes:
-                                self.snapshots.touches(change)
-                    published = 0
-                    for change in changes:
-                        if delivered < skip:
-                            delivered += 1
-                            continue
-                        delivered += 1
-                        if wanted:
-                            published += 1
-                            if lease is not None and not lease.valid:
-                                await self._wait_for_lease(lease)
-                            change = self.filter.prepared(change)
-                            for sink in sinks:
-                                sink.publish(change)
-                                if sink.backlogged:
-                                    await sink.wait_for_room()
-                            if not self.rows:
-                                log.info("first_row_published", position=str(self.committed))
-                            self.rows += 1
-                        if delivered % rows_per_mark == 0:
-                            checkpointer.mark(self.committed.with_row(delivered), False)
-                            await self._after_mark(checkpointer)
-                    if published:
-                        events_by_path["row_by_row"] += 1
-                        key = (change.db, change.table, change.op)
-                        table_rows[key] = table_rows.get(key, 0) + published
-                        table_bytes[key] = table_bytes.get(key, 0) + event.header.event_size
-                if unit.end is None:
-                    continue  # a part of a large transaction: the rest follows
-                self.last_commit_read = time.time()
-                self.history.commit(unit.end)
-                # Snapshot progress rides with the position: durable exactly when the reads
-                # before it are acknowledged.
-                end = unit.end if self._progress is None else unit.end.with_snapshot(self._progress)
-                progress.transaction_read(checkpointer.mark(end, True), unit.commit_ts)
-                self.committed = end
-                self._in_transaction = False
-                self.transactions += 1
-                skip = delivered = 0
-                await self._after_mark(checkpointer)
-                if self._stop_requested or self.command is not None:
+                await self._transaction(unit, checkpointer)
+                if unit.end is not None and (self._stop_requested or self.command is not None):
                     return
             finally:
                 self._gate.release()
 
-    async def _watermarks(self, changes: list[RowChange]) -> None:
-        """Watermark rows of the signal table: at the high watermark of the open window, the
-        chunk's untouched rows go out as reads, here, in stream order."""
-        for change in changes:
-            after = change.after or {}
-            plan = None if self.snapshots.active is None else self._plans.get(
-                self.snapshots.active.request.id
-            )  # fmt: skip
-            first_row = 0 if self.snapshots.active is None else self.snapshots.active.rows
-            request = None if self.snapshots.active is None else self.snapshots.active.request
-            window = self.snapshots.window
-            chunk_size = 0 if window is None or window.rows is None else len(window.rows)
-            rows = self.snapshots.watermark(str(after.get("kind")), str(after.get("window_id")))
-            if rows is None or plan is None or request is None:
-                continue
-            finished = self.snapshots.active is None
-            reads = snapshot_reader.reads(
-                plan, rows, (change.file, change.pos), change.server_id,
-                int(time.time() * 1000), first_row, marker="incremental",
-            )  # fmt: skip
-            if request.initial:  # the initial snapshot's tables keep its marks
-                snapshot_reader.mark_initial(
-                    reads,
-                    first_table=request.id == self._first_initial,
-                    last_table=finished and not any(r.initial for r in self.snapshots.queue),
-                    starts_table=first_row == 0,
-                    ends_table=finished,
-                )
-            for read in reads:
-                await self._publish_read(read)
-            self._progress = self.snapshots.progress()
-            log.info(
-                "snapshot_chunk_emitted",
-                table=plan.name,
-                rows=len(reads),
-                dropped=chunk_size - len(reads),
-                finished=finished,
-            )
-            if finished:
-                log.info("snapshot_request_done", table=plan.name, request=self._finished_id())
-            self._start_chunk()
+    def _resumed(self, unit: Reconnected) -> None:
+        """The source reconnected: the transaction in flight (if any) comes again from its
+        start, and the rows of it already handed to the sinks are skipped."""
+        self.telemetry.reconnects.labels(self.config.pipeline).inc()
+        cursor = self._cursor
+        if self._in_transaction:
+            cursor.skip = max(cursor.skip, cursor.delivered)
+        log.info(
+            "source_resumed",
+            position=str(unit.position),
+            in_transaction=self._in_transaction,
+            skip_rows=cursor.skip,
+        )
+        self._in_transaction = False
+        cursor.delivered = 0
+        self.history.rollback()  # the DDL of the transaction in flight comes again
 
-    def _finished_id(self) -> str | None:
-        return self.snapshots.finished[-1].id if self.snapshots.finished else None
-
-    def _start_chunk(self) -> None:
-        """Open the next window of the active (or next queued) request, if none is open."""
-        if self._chunk_task is not None and not self._chunk_task.done():
-            return
-        if self.snapshots.window is not None or self._stop_requested:
-            return
-        if self.lease is not None and not self.lease.valid:
-            return
-        request = self.snapshots.next_table()
-        if request is None:
-            return
-        self._progress = self.snapshots.progress()
-        self._chunk_task = asyncio.create_task(self._read_window(request))
-
-    async def _read_window(self, request: SnapshotRequest) -> None:
-        try:
-            reader = self._chunk_reader
-            if reader is None:
-                conn = await connect_retrying(self.config.source, self.password, what="snapshot")
-                reader = ChunkReader(
-                    conn, await server_info(conn), self.config.snapshot.signal,
-                    self.config.pipeline,
-                )  # fmt: skip
-                await reader.prepare()
-                self._chunk_reader = reader
-            plan = self._plans.get(request.id)
-            if plan is None:
-                plan = self._plans[request.id] = await reader.plan(request)
-                log.info("snapshot_request_started", request=request.id, table=request.table,
-                         key=list(plan.chunk_key), where=request.where)  # fmt: skip
-                if not plan.chunk_key:
-                    log.warning(
-                        "snapshot_table_without_key",
-                        table=plan.name,
-                        note="read whole, in one window: memory holds the table",
-                    )
-            active = self.snapshots.active
-            if active is None or active.request.id != request.id:
-                return  # cancelled meanwhile
-            window = self.snapshots.open_window(plan.chunk_key or plan.column_names)
-            await reader.read_window(
-                plan, window, active.after, request.where,
-                request.chunk_rows if plan.chunk_key else None,
-            )  # fmt: skip
-        except SnapshotRequestError as exc:
-            failed = self.snapshots.fail(str(exc))
-            self._progress = self.snapshots.progress()
-            log.error("snapshot_request_failed", request=None if failed is None else failed.id,
-                      table=request.table, error=str(exc))  # fmt: skip
-        except (ReplicadError, OSError) as exc:
-            # The primary went away: the window is dropped and read again later.
-            self.snapshots.window = None
-            await self._close_chunk_reader()
-            log.warning("snapshot_chunk_retry", table=request.table, error=str(exc))
-
-    async def _close_chunk_reader(self) -> None:
-        reader, self._chunk_reader = self._chunk_reader, None
-        if reader is not None:
-            await reader.conn.close()
-
-    def _serve_requests(self, stored: Position | None) -> None:
-        """Take queued snapshot requests and cancellations (at most every second) and complete
-        those whose effect the stored position holds."""
-        if self.requests is None or time.monotonic() - self._requests_at < 1.0:
-            return
-        self._requests_at = time.monotonic()
-        durable = (stored.snapshot if stored is not None else None) or ""
-        for request in self.requests.pending():
-            taken = self._taken.get(request.id)
-            if taken is not None:
-                if taken == "cancel" or f'"{taken}"' in durable:
-                    self.requests.complete(request.id, "applied", {"snapshot": taken})
-                    del self._taken[request.id]
-                continue
-            if request.op == "snapshot-cancel":
-                cancelled = self.snapshots.cancel(request.args.get("id"))
-                log.info("snapshot_cancelled", requests=cancelled)
-                self._taken[request.id] = "cancel"
-            elif request.op == "snapshot":
-                try:
-                    wanted = SnapshotRequest.from_json({"id": request.id, **request.args})
-                except SnapshotRequestError as exc:
-                    self.requests.complete(request.id, "rejected", {"error": str(exc)})
-                    continue
-                if not self.filter.includes(*wanted.db_table):
-                    self.requests.complete(
-                        request.id, "rejected", {"error": "the filters exclude this table"}
-                    )
-                    continue
-                if wanted.db_table == self._signal:
-                    self.requests.complete(
-                        request.id, "rejected", {"error": "the signal table is not snapshotted"}
-                    )
-                    continue
-                if self.snapshots.add(wanted):
-                    log.info("snapshot_requested", request=wanted.id, table=wanted.table,
-                             where=wanted.where, chunk_rows=wanted.chunk_rows)  # fmt: skip
-                self._taken[request.id] = wanted.id
+    async def _transaction(self, unit: TransactionUnit, checkpointer: Checkpointer) -> None:
+        """One transaction (or a part of a large one) in, its messages out, its mark placed.
+        Schema history: DDL is applied as it is read (rows later in its transaction need
+        it) and stamped with its position at the commit; each TABLE_MAP is resolved against
+        it before its rows."""
+        cursor = self._cursor
+        if unit.first:
+            self.progress.transaction_started()
+            self.file_clock.seen(unit.file, unit.timestamp)  # for the retention check
+            self._in_transaction = True
+            cursor.delivered = 0
+            cursor.gtid = None if unit.gtid is None else str(unit.gtid)
+        for event in unit.events:
+            if isinstance(event, RowsEvent):
+                await self._rows(event, unit.file, checkpointer)
+            elif isinstance(event, TableMapEvent):
+                cursor.tables[event.table_id] = self.history.resolve(event)
+            elif isinstance(event, QueryEvent):
+                await self._query(event, unit.file)
             else:
-                continue  # not ours (position set is the inbox's other use)
-            self._progress = self.snapshots.progress()
+                cursor.statement.see(event)
+        if unit.end is not None:  # else a part of a large transaction: the rest follows
+            await self._commit(unit.end, unit.commit_ts, checkpointer)
 
-    async def _publish_table_changes(self, changes: list[TableChange], lease: Lease | None) -> None:
+    async def _query(self, event: QueryEvent, file: str | None) -> None:
+        cursor = self._cursor
+        cursor.statement.see(event)
+        outcome = self.history.follow(event)
+        # Table-level changes go out in order with the rows; when resuming inside a
+        # transaction, those before the resume point went out already.
+        if outcome.verb and cursor.delivered >= cursor.skip:
+            await self._publish_table_changes(table_changes(outcome, event, file, cursor.gtid))
+
+    async def _rows(self, event: RowsEvent, file: str | None, checkpointer: Checkpointer) -> None:
+        """One ROWS event: its rows out and counted, a mark every `checkpoint.rows` rows. A
+        single sink that takes whole events (`EventSink`: Kafka, JSON lines) is offered the
+        event first, the faster route to the same messages; it declines (None) when its
+        filters or value mode rewrite the changes, and the rows go one by one."""
+        cursor = self._cursor
+        table = cursor.tables.get(event.table_id) or event.table_map
+        wanted = table is None or self.filter.includes(table.schema, table.table)
+        # The signal table's and the open window's rows go to the snapshots first.
+        watched = table is not None and self.snapshots.watches(table.schema, table.table)
+        statement = cursor.statement
+        rows = EventRows(
+            event,
+            file,
+            cursor.gtid,
+            cursor.numbering,
+            table,
+            statement.thread,
+            statement.query,
+            statement.commit_us,
+        )
+        sink = self._event_sink
+        count = None
+        if sink is not None and table is not None and wanted and not watched:
+            if cursor.delivered >= cursor.skip:  # (else rows of it are being skipped)
+                await self._hold_lease()
+                count = sink.publish_event(rows)
+        path = "compiled"
+        if count is not None:
+            if self._advance(count, count):
+                await self._mark_inside(checkpointer)
+            if sink is not None and sink.backlogged:
+                await sink.wait_for_room()
+        else:  # declined, or not offered: row by row
+            path = "row_by_row"
+            changes: Iterable[RowChange] = rows.changes()
+            if watched:
+                assert table is not None
+                changes = list(changes)
+                if not await self.snapshots.seen(table.schema, table.table, changes):
+                    wanted = False  # watermarks are never published
+            count = await self._row_by_row(changes, wanted, checkpointer)
+            if not count:
+                return
+        key = ("", "", event.op) if table is None else (table.schema, table.table, event.op)
+        progress = self.progress
+        progress.events_by_path[path] += 1
+        progress.table_rows[key] = progress.table_rows.get(key, 0) + count
+        progress.table_bytes[key] = progress.table_bytes.get(key, 0) + event.header.event_size
+
+    async def _row_by_row(
+        self, changes: Iterable[RowChange], wanted: bool, checkpointer: Checkpointer
+    ) -> int:
+        """The rows one by one, in runs that end where a mark is due; those of excluded
+        tables (not `wanted`) are counted too, so that the row index of a restart does not
+        depend on the filters. Returns how many were published."""
+        cursor = self._cursor
+        rows = iter(changes)
+        while cursor.delivered < cursor.skip:  # handed over before the restart or reconnect
+            if next(rows, None) is None:
+                return 0
+            cursor.delivered += 1
+        per_mark = self._rows_per_mark
+        published = 0
+        while True:
+            run = islice(rows, per_mark - cursor.delivered % per_mark)
+            count = await self._send(run) if wanted else sum(1 for _ in run)
+            if not count:
+                return published
+            if wanted:
+                published += count
+            if self._advance(count, count if wanted else 0):
+                await self._mark_inside(checkpointer)
+
+    def _advance(self, rows: int, published: int) -> bool:
+        """`rows` more rows of the transaction delivered, `published` of them handed to the
+        sinks. True: a mark is due (one every `checkpoint.rows` rows)."""
+        if published:
+            if not self.rows:
+                log.info("first_row_published", position=str(self.committed))
+            self.rows += published
+        cursor = self._cursor
+        before = cursor.delivered // self._rows_per_mark
+        cursor.delivered += rows
+        return cursor.delivered // self._rows_per_mark != before
+
+    async def _mark_inside(self, checkpointer: Checkpointer) -> None:
+        """A mark inside a large transaction, with its row index: a restart there skips the
+        rows before it."""
+        assert self.committed is not None
+        checkpointer.mark(self.committed.with_row(self._cursor.delivered), False)
+        await self._after_mark(checkpointer)
+
+    async def _commit(self, end: Position, commit_ts: int, checkpointer: Checkpointer) -> None:
+        """The transaction's mark. Snapshot progress rides with the position: durable exactly
+        when the reads before it are acknowledged."""
+        self.last_commit_read = time.time()
+        self.history.commit(end)
+        progress = self.snapshots.progress
+        if progress is not None:
+            end = end.with_snapshot(progress)
+        self.progress.transaction_read(checkpointer.mark(end, True), commit_ts)
+        self.committed = end
+        self._in_transaction = False
+        self.transactions += 1
+        self._cursor.skip = self._cursor.delivered = 0
+        await self._after_mark(checkpointer)
+
+    async def _send(self, changes: Iterable[RowChange]) -> int:
+        """Changes to every sink, as the filters prepare them, each under a valid lease;
+        returns how many."""
+        sinks, prepared = self.sinks, self.filter.prepared
+        count = 0
+        for change in changes:
+            await self._hold_lease()
+            change = prepared(change)
+            for sink in sinks:
+                sink.publish(change)
+                if sink.backlogged:
+                    await sink.wait_for_room()
+            count += 1
+        return count
+
+    async def _publish_table_changes(self, changes: list[TableChange]) -> None:
         for change in changes:
             if not self.filter.includes(change.db, change.table):
                 continue
-            if lease is not None and not lease.valid:
-                await self._wait_for_lease(lease)
+            await self._hold_lease()
             for sink in self.sinks:
                 await sink.publish_table(change)
                 if sink.backlogged:
@@ -839,6 +563,13 @@ class Pipeline:
                 file=change.file,
                 pos=change.pos,
             )
+
+    async def _hold_lease(self) -> None:
+        """Before anything is published (or a batch committed): the lease, if there is one,
+        is valid, or publishing waits (`_wait_for_lease`)."""
+        lease = self.lease
+        if lease is not None and not lease.valid:
+            await self._wait_for_lease(lease)
 
     async def _wait_for_lease(self, lease: Lease) -> None:
         """Publishing stops the moment the lease is in doubt (ZooKeeper suspended, or not
@@ -859,16 +590,6 @@ class Pipeline:
                 error=str(exc),
             ) from None
         log.info("publishing_resumed", paused_s=round(time.monotonic() - started, 3))
-
-    async def _stop_chunks(self) -> None:
-        task = self._chunk_task
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-        await self._close_chunk_reader()
 
     @property
     def streaming(self) -> bool:
@@ -899,6 +620,7 @@ class Pipeline:
 
     def status(self) -> dict[str, Any]:
         """What `replicad status` shows for this pipeline."""
+        initial, incremental = self.snapshots.status()
         return {
             "state": "running",
             "position": None if self.stored is None else self.stored.to_json(),
@@ -909,15 +631,13 @@ class Pipeline:
             ),
             "transactions": self.transactions,
             "rows": self.rows,
-            "snapshot": [p.to_json() for p in self.snapshot_progress] or None,
-            "incremental": None if self._progress is None else self.snapshots.status(),
+            "snapshot": initial,
+            "incremental": incremental,
             "updated_ms": int(time.time() * 1000),
         }
 
     async def _after_mark(self, checkpointer: Checkpointer) -> None:
-        lease = self.lease
-        if lease is not None and not lease.valid:  # a due batch would commit (publish) here
-            await self._wait_for_lease(lease)
+        await self._hold_lease()  # a due batch would commit (publish) here
         for sink in self.sinks:
             if sink.backlogged:  # e.g. an exactly-once batch is due
                 await sink.wait_for_room()
@@ -940,24 +660,21 @@ class Pipeline:
             interval = min(interval, relay.fsync_interval_ms / 1000)
         interval = min(interval, 0.5)
         assert self.checkpointer is not None
-        lease = self.lease
         while True:
             await asyncio.sleep(interval)
             async with self._gate:
                 try:
                     # The lease first: maintain() may commit a batch (publish it), and a
                     # process that slept past its session must not.
-                    if lease is not None and not lease.valid:
-                        await self._wait_for_lease(lease)  # a lost lease ends the pipeline
+                    await self._hold_lease()  # a lost lease ends the pipeline
                     for sink in self.sinks:
                         await sink.maintain()
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
                     elif self.telemetry.serving:  # latencies and readiness between checkpoints
                         self.checkpointer.observe()
-                    if self._snapshot is None:  # not during the initial snapshot
-                        self._serve_requests(self.checkpointer.stored)
-                        self._start_chunk()
+                    stored = self.checkpointer.stored
+                    self.snapshots.tick(None if stored is None else stored.snapshot)
                     if isinstance(self.stream, RelayedStream):
                         self.stream.maintain(self.checkpointer.stored)  # fsync, retention
                     if self.inbox is not None and self.command is None:
@@ -982,7 +699,7 @@ class Pipeline:
         )
         for sink in self.sinks:  # first: closing the source connection may take a while
             sink.abandon()
-        await self._stop_chunks()
+        await self.snapshots.close()
         await self.stream.close()
 
     async def close(self, failed: bool = False, drain_s: float | None = None) -> None:
@@ -990,7 +707,7 @@ class Pipeline:
         by default what shutdown.timeout_s leaves after the grace) and store the final
         acknowledged position. After a failure only what was already handed over settles;
         nothing new is sent."""
-        await self._stop_chunks()
+        await self.snapshots.close()
         await self.stream.close()
         try:
             if drain_s is None:

@@ -55,8 +55,18 @@ from replicad.source.ddl import enum_set_members
 _INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 _TEXTS = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
 _BINARIES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
-_SPATIAL = frozenset({"geometry", "point", "linestring", "polygon", "multipoint",
-                      "multilinestring", "multipolygon", "geometrycollection"})  # fmt: skip
+_SPATIAL = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+    }
+)
 _FRACTIONAL = frozenset({"time", "datetime", "timestamp"})
 _f32 = struct.Struct("<f")
 
@@ -153,9 +163,10 @@ class SnapshotColumn:
             codec = CODEC_BY_CHARSET.get(self.charset or "")
             if self.charset is not None and codec is None:
                 raise SnapshotError(
-                    "a snapshot cannot decode this character set", column=self.name,
+                    "a snapshot cannot decode this character set",
+                    column=self.name,
                     charset=self.charset,
-                )  # fmt: skip
+                )
             return functools.partial(decode_text, codec=codec) if codec else bytes
         raise SnapshotError(
             f"a snapshot cannot read columns of type {self.column_type} exactly",
@@ -297,8 +308,11 @@ def _temporal_text(value: Any) -> str:
     if isinstance(value, dt.timedelta):
         return format_time(value)
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ") if value.tzinfo \
-            else value.isoformat(" ")  # fmt: skip
+        return (
+            value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ")
+            if value.tzinfo
+            else value.isoformat(" ")
+        )
     return value.isoformat()
 
 

@@ -62,8 +62,12 @@ class SnapshotRequest:
         return self.id.startswith(INITIAL_PREFIX)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "table": self.table, "chunk_rows": self.chunk_rows,
-                               "requested_ms": self.requested_ms}  # fmt: skip
+        out: dict[str, Any] = {
+            "id": self.id,
+            "table": self.table,
+            "chunk_rows": self.chunk_rows,
+            "requested_ms": self.requested_ms,
+        }
         if self.where:
             out["where"] = self.where
         return out
@@ -114,8 +118,12 @@ class Active:
             self.rows_then = self.rows
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request.to_json(), "after": self.after, "chunks": self.chunks,
-                "rows": self.rows}  # fmt: skip
+        return {
+            "request": self.request.to_json(),
+            "after": self.after,
+            "chunks": self.chunks,
+            "rows": self.rows,
+        }
 
     def rate(self) -> float:
         """Reads per second emitted by this process since it took the request over."""
@@ -148,8 +156,13 @@ class Finished:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "table": self.table, "state": self.state,
-                               "rows": self.rows, "chunks": self.chunks}  # fmt: skip
+        out: dict[str, Any] = {
+            "id": self.id,
+            "table": self.table,
+            "state": self.state,
+            "rows": self.rows,
+            "chunks": self.chunks,
+        }
         if self.error:
             out["error"] = self.error
         return out
@@ -201,9 +214,11 @@ class IncrementalSnapshots:
     # ------------------------------------------------------------------ queue
 
     def known(self, request_id: str) -> bool:
-        return any(r.id == request_id for r in self.queue) or (
-            self.active is not None and self.active.request.id == request_id
-        ) or any(f.id == request_id for f in self.finished)  # fmt: skip
+        return (
+            any(r.id == request_id for r in self.queue)
+            or (self.active is not None and self.active.request.id == request_id)
+            or any(f.id == request_id for f in self.finished)
+        )
 
     def add(self, request: SnapshotRequest) -> bool:
         if self.known(request.id):
@@ -242,8 +257,9 @@ class IncrementalSnapshots:
         self.window = None
         return active.request
 
-    def _finish(self, request: SnapshotRequest, state: str, rows: int, chunks: int,
-                error: str | None = None) -> None:  # fmt: skip
+    def _finish(
+        self, request: SnapshotRequest, state: str, rows: int, chunks: int, error: str | None = None
+    ) -> None:
         self.finished.append(Finished(request.id, request.table, state, rows, chunks, error))
         del self.finished[:-MAX_FINISHED]
 

@@ -413,9 +413,13 @@ def initial_marker(
 
 
 def mark_initial(
-    reads: Sequence[RowChange], *, first_table: bool, last_table: bool, starts_table: bool,
+    reads: Sequence[RowChange],
+    *,
+    first_table: bool,
+    last_table: bool,
+    starts_table: bool,
     ends_table: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Mark consecutive reads of one table of the initial snapshot (`initial_marker`):
     `starts_table`, the first of them is the table's first read; `ends_table`, the last is
     its last."""
@@ -430,9 +434,14 @@ def mark_initial(
 
 
 def reads(
-    plan: TablePlan, rows: list[dict[str, Any]], at: tuple[str | None, int | None],
-    server_id: int, ts_ms: int, first_row: int, marker: str = "true",
-) -> list[RowChange]:  # fmt: skip
+    plan: TablePlan,
+    rows: list[dict[str, Any]],
+    at: tuple[str | None, int | None],
+    server_id: int,
+    ts_ms: int,
+    first_row: int,
+    marker: str = "true",
+) -> list[RowChange]:
     """Snapshot rows as op "r" changes at binlog coordinates `at` (the snapshot's position, or
     an incremental chunk's high watermark); `row` counts the table's rows, so
     `(file, pos, row, op)` stays unique per table."""

@@ -103,8 +103,14 @@ class ChunkReader:
             except ServerError:
                 pass
 
-    async def read_window(self, plan: TablePlan, window: Window, after: list[str] | None,
-                          where: str | None, chunk_rows: int | None) -> None:  # fmt: skip
+    async def read_window(
+        self,
+        plan: TablePlan,
+        window: Window,
+        after: list[str] | None,
+        where: str | None,
+        chunk_rows: int | None,
+    ) -> None:
         """Low watermark, the chunk, high watermark. `chunk_rows` None: the whole table in
         one read (a table with no key to order chunks by)."""
         await self._write("low", window.id)
