@@ -343,6 +343,10 @@ def test_sigterm_while_draining_to_a_stopped_broker(
         with Inserter(db):
             daemon.wait_event("first_row_published")
             wait_for(lambda: daemon.position() is not None, 30, "an acknowledged position")
+            # The first stored position may be the start, before any row: wait for one past
+            # a delivered row (the inserter keeps writing), or the oracle below has nothing.
+            first = daemon.position()
+            wait_for(lambda: daemon.position() != first, 30, "the position to move")
             private_kafka.stop()
             time.sleep(1.0)  # published, not acknowledged
             children = producer_pids(daemon)
