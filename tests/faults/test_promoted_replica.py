@@ -9,13 +9,17 @@ shared by every test and cannot be cloned cheaply here.
 
 What is guaranteed at the switch: the stream resumes after the last transaction it handed
 over, and the pipeline skips the rows of the transaction in flight it already delivered
-(`Reconnected`), within one process. So the stdout sink holds every row exactly once.
+(`Reconnected`), within one process. So the stdout sink holds every row exactly once. The
+first test makes the switch land inside a 50,000-row transaction (replicad paused while it
+is written, so the primary dies before replicad has read it all) and asserts that the
+pipeline skipped the rows it had delivered.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +83,8 @@ def _replicad(tmp: Path, server_id: int, *servers: PrivateMariaDB) -> DaemonProc
         source_yaml=(
             f"  hosts: [{hosts}]\n  user: repl\n  server_id: {server_id}\n  start: latest\n"
             "  heartbeat_s: 1\n  reconnect: {initial_s: 0.05, max_s: 0.5}\n"
+            # small parts: a transaction in flight at the switch has parts delivered already
+            "  unit_part_bytes: 2048\n"
         ),
         password="repl",
     )
@@ -115,14 +121,33 @@ def _writes(server: PrivateMariaDB, db: str, transactions: int, seed: int) -> No
         conn.close()
 
 
+def _big_transaction(server: PrivateMariaDB, db: str, rows: int) -> None:
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.executemany(
+                f"INSERT INTO `{db}`.a VALUES (%s, 'big', %s)",
+                [(1000 + i, i) for i in range(rows)],
+            )
+            cur.execute("COMMIT")
+    finally:
+        conn.close()
+
+
 def test_promoted_replica_continues_the_stream(chain, db: str, tmp_path: Path) -> None:
     primary, replica = chain
     replicad = _replicad(tmp_path, 5401, primary, replica)
     replicad.start()
     try:
         _writes(primary, db, transactions=60, seed=1)
+        # Paused, replicad reads the big transaction only after the primary is gone: it has
+        # delivered the parts its socket buffer held when the stream breaks mid-transaction.
+        replicad.proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        _big_transaction(primary, db, rows=50_000)
         caught_up(replica, primary)  # asynchronous replication: nothing in flight is lost
-        kill(primary)  # while replicad may still be reading what came before
+        kill(primary)
+        replicad.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
         promote(replica)
         _writes(replica, db, transactions=60, seed=2)
         conn = replica.connect()
@@ -136,6 +161,8 @@ def test_promoted_replica_continues_the_stream(chain, db: str, tmp_path: Path) -
     failovers = [e for e in replicad.log_events() if e["event"] == "source_failover"]
     assert [(e["host"], e["port"]) for e in failovers] == [("127.0.0.1", replica.port)]
     assert failovers[0]["previous"] == f"127.0.0.1:{primary.port}"
+    (resumed,) = [e for e in replicad.log_events() if e["event"] == "source_resumed"]
+    assert resumed["in_transaction"] and resumed["skip_rows"] > 0, resumed
     assert _repeated(replicad.changes(), db) == 0
     gtids = {c["source"]["gtid"] for c in replicad.changes() if c["source"]["db"] == db}
     assert any(g.startswith("0-2-") for g in gtids), "no row written on the promoted replica"
