@@ -123,9 +123,20 @@ def resolve_secret(section: Any, name: str, environ: Mapping[str, str] | None = 
     return ""
 
 
+def source_candidate(entry: str) -> tuple[str, int]:
+    """One `source.hosts` entry, `host:port` or `[v6]:port`, as (host, port)."""
+    host, sep, port = entry.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"source.hosts entry {entry!r} is not host:port")
+    return host, int(port)
+
+
 class SourceConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
+    # Failover candidates in order of preference (`host:port`); host and port are the first.
+    hosts: list[str] | None = Field(None, min_length=1)
     user: str = "repl"
     password: SecretStr | None = None
     password_env: str | None = None
@@ -141,10 +152,36 @@ class SourceConfig(_Strict):
     # bounded however large a transaction is; smaller ones travel whole.
     unit_part_bytes: int = Field(1 << 20, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _hosts_or_host(cls, data: Any) -> Any:
+        # host and port are read everywhere a single server is meant (checks, snapshots,
+        # labels): with `hosts` they are its first candidate, so giving both would be ambiguous.
+        if not isinstance(data, dict) or data.get("hosts") is None:
+            return data
+        given = [key for key in ("host", "port") if key in data]
+        if given:
+            raise ValueError(
+                "give source.hosts or source.host/source.port, not both "
+                f"(also given: {', '.join(f'source.{key}' for key in given)})"
+            )
+        hosts = data["hosts"]
+        if isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts):
+            parsed = [source_candidate(entry) for entry in hosts]  # each one checked
+            return {**data, "host": parsed[0][0], "port": parsed[0][1]}
+        return data
+
     @model_validator(mode="after")
     def _one_password_source(self) -> SourceConfig:
         check_one_secret(self)
         return self
+
+    @property
+    def candidates(self) -> list[tuple[str, int]]:
+        """The servers to stream from, in order: `hosts`, else the one `host:port`."""
+        if self.hosts is None:
+            return [(self.host, self.port)]
+        return [source_candidate(entry) for entry in self.hosts]
 
     def resolve_password(self, environ: Mapping[str, str] | None = None) -> str:
         return resolve_secret(self, "source", environ)
@@ -788,6 +825,8 @@ ENV_NOT_OVERRIDES = frozenset(
         "REPLICAD_ZK_SASL_USERS",
         "REPLICAD_KAFKA_PORT",
         "REPLICAD_MARIADB_PORT",
+        "REPLICAD_MARIADB_SERVER_ID",
+        "REPLICAD_MARIADB_LOG_SLAVE_UPDATES",
         "REPLICAD_MQTT_PORT",
         "REPLICAD_REDIS_PORT",
         "REPLICAD_MYSQL_PORT",

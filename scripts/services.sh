@@ -37,11 +37,16 @@
 # kafka (Apache Kafka 4.4 from Maven Central, KRaft, 9092 + controller
 # 9093), zookeeper, redis, mosquitto.
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
+# A private MariaDB for a replication chain (tests/faults/test_promoted_replica.py):
+# REPLICAD_MARIADB_SERVER_ID (default 1) and REPLICAD_MARIADB_LOG_SLAVE_UPDATES (default OFF;
+# ON on a replica so that its binlog holds the primary's GTIDs) go into its my.cnf.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${REPLICAD_SERVICES_DIR:-$ROOT/.services}
 MARIADB_PORT=${REPLICAD_MARIADB_PORT:-3306}
+MARIADB_SERVER_ID=${REPLICAD_MARIADB_SERVER_ID:-1}
+MARIADB_LOG_SLAVE_UPDATES=${REPLICAD_MARIADB_LOG_SLAVE_UPDATES:-OFF}
 KAFKA_PORT=${REPLICAD_KAFKA_PORT:-9092}
 ZK_PORT=${REPLICAD_ZK_PORT:-2181}
 REDIS_PORT=${REPLICAD_REDIS_PORT:-6390}  # not 6379: a Redis of someone else's may listen there
@@ -90,7 +95,8 @@ log-error=$mariadb_dir/error.log
 port=$MARIADB_PORT
 bind-address=127.0.0.1
 skip-name-resolve
-server_id=1
+server_id=$MARIADB_SERVER_ID
+log_slave_updates=$MARIADB_LOG_SLAVE_UPDATES
 log_bin=$mariadb_dir/data/mariadb-bin
 binlog_format=ROW
 binlog_row_image=FULL

@@ -10,6 +10,10 @@ transaction in flight and skip rows it already delivered.
 
 Fatal conditions raise instead: wrong credentials, a position the primary no longer has
 (error 1236: binlog purged), a binlog format replicad cannot read.
+
+With several `source.hosts`, each reconnect tries the server it streamed from first, then the
+others in list order, and resumes by GTID on the first that answers and holds every GTID
+already handed over (`source/candidates.py`); one lacking some is refused, never dumped from.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from replicad.exit_codes import EXIT_CONFIG
 from replicad.protocol.commands import DUMP_HEARTBEAT_V2, cell_text
 from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
+from replicad.source.candidates import CandidateRefusedError, missing_gtids
 from replicad.source.transactions import TransactionUnit, UnitAssembler
 
 log = structlog.get_logger("replicad.source")
@@ -123,6 +128,7 @@ FATAL_SOURCE_ERRORS: tuple[type[BaseException], ...] = (
     TlsError,
     PositionLostError,
     DumpRefusedError,
+    CandidateRefusedError,
 )
 T = TypeVar("T")
 
@@ -171,7 +177,7 @@ async def with_primary(
     backoff = Backoff(source.reconnect)
     while True:
         try:
-            conn = await open_connection(source, password)
+            conn = await open_first(source, password)
             try:
                 return await work(conn)
             finally:
@@ -191,7 +197,7 @@ async def connect_retrying(source: SourceConfig, password: str, *, what: str) ->
     backoff = Backoff(source.reconnect)
     while True:
         try:
-            return await open_connection(source, password)
+            return await open_first(source, password)
         except FATAL_SOURCE_ERRORS:
             raise
         except (ReplicadError, OSError, TimeoutError) as exc:
@@ -200,10 +206,35 @@ async def connect_retrying(source: SourceConfig, password: str, *, what: str) ->
             )
 
 
-async def open_connection(source: SourceConfig, password: str) -> AsyncConnection:
+async def open_first(source: SourceConfig, password: str) -> AsyncConnection:
+    """A connection to the first of `source.hosts` that answers (the one host without it):
+    reads made around the stream (position, schema, snapshots) follow a failover too. The
+    last candidate's failure is raised when none answers."""
+    *others, last = source.candidates
+    for host, port in others:
+        try:
+            return await open_connection(source, password, (host, port))
+        except FATAL_SOURCE_ERRORS:
+            raise
+        except (ReplicadError, OSError, TimeoutError) as exc:
+            log.warning(
+                "source_candidate_unavailable",
+                host=host,
+                port=port,
+                error=str(exc),
+                error_type=type(exc).__name__,
+            )
+    return await open_connection(source, password, last)
+
+
+async def open_connection(
+    source: SourceConfig, password: str, at: tuple[str, int] | None = None
+) -> AsyncConnection:
+    """A connection to `at` (host, port), by default `source.host:source.port`."""
+    host, port = at or (source.host, source.port)
     return await connect(
-        source.host,
-        source.port,
+        host,
+        port,
         source.user,
         password,
         tls=tls_config(source),
@@ -273,6 +304,8 @@ class ReplicaStream:
         self.statements = statements
         self.info: ServerInfo | None = None
         self.connections = 0
+        self._candidates = source.candidates
+        self._current = 0  # the index in _candidates of the server streamed from (or last)
         self._conn: AsyncConnection | None = None
         # For lag and readiness: streaming from the primary now, and when (monotonic) it was
         # last heard from (an event or a heartbeat)
@@ -358,12 +391,81 @@ class ReplicaStream:
             server_message=exc.message,
         )
 
+    @property
+    def server(self) -> str:
+        """The `host:port` streamed from (or last tried)."""
+        host, port = self._candidates[self._current]
+        return f"{host}:{port}"
+
     async def _start(self, position: Position) -> AsyncConnection:
-        conn = await open_connection(self.source, self._password)
+        """Connect and dump from the first server that can serve `position`: the current
+        one, then the other candidates in list order. With no usable server, the refusal of
+        a server that lacks GTIDs wins over mere unavailability (a retry will not fix it)."""
+        if len(self._candidates) == 1:
+            return await self._start_at(0, position)
+        refused: CandidateRefusedError | None = None
+        failure: BaseException | None = None
+        for index in self._failover_order():
+            host, port = self._candidates[index]
+            try:
+                conn = await self._start_at(index, position)
+            except CandidateRefusedError as exc:
+                refused = refused or exc
+                continue
+            except FATAL_SOURCE_ERRORS:
+                raise
+            except (ReplicadError, OSError, TimeoutError) as exc:
+                log.warning(
+                    "source_candidate_unavailable",
+                    host=host,
+                    port=port,
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                )
+                failure = exc
+                continue
+            if index != self._current:
+                log.warning(
+                    "source_failover", previous=self.server, host=host, port=port, at=str(position)
+                )
+                self._current = index
+            return conn
+        if refused is not None:
+            raise refused
+        assert failure is not None
+        raise failure
+
+    def _failover_order(self) -> list[int]:
+        count = len(self._candidates)
+        return [(self._current + step) % count for step in range(count)]
+
+    def _refuse_lagging(self, index: int, info: ServerInfo, position: Position) -> None:
+        """A candidate must hold every GTID handed over already (`source/candidates.py`)."""
+        missing = missing_gtids(position, info.gtid_position, mariadb=info.mariadb)
+        if not missing:
+            return
+        host, port = self._candidates[index]
+        log.error(
+            "source_candidate_refused", host=host, port=port, missing=missing, at=str(position)
+        )
+        raise CandidateRefusedError(
+            f"{host}:{port} lacks {missing}: it has not applied every transaction replicad "
+            "already published, and streaming from it would silently skip them. Let it catch "
+            "up (or promote a server that has them), or re-snapshot the downstream data",
+            host=f"{host}:{port}",
+            missing=missing,
+            position=str(position),
+        )
+
+    async def _start_at(self, index: int, position: Position) -> AsyncConnection:
+        host, port = self._candidates[index]
+        conn = await open_connection(self.source, self._password, (host, port))
         self._conn = conn
         try:
             info = await server_info(conn)
             self.info = info
+            if len(self._candidates) > 1:
+                self._refuse_lagging(index, info, position)
             await self._prepare_session(conn, info)
             await self._refuse_server_id_clash(conn)
             await conn.register_replica(
@@ -377,8 +479,8 @@ class ReplicaStream:
         self.connections += 1
         log.info(
             "source_connected",
-            host=self.source.host,
-            port=self.source.port,
+            host=host,
+            port=port,
             server_version=info.version,
             tls=conn.server.tls,
             auth_plugin=conn.server.auth_plugin,
@@ -444,6 +546,7 @@ class ReplicaStream:
                 server_id, "", 4, gtid_set=position.mysql_gtids, flags=_heartbeat_flags(info)
             )
             return "gtid"
+        self._refuse_file_failover(position)
         await conn.start_dump(
             server_id,
             position.file,
@@ -453,10 +556,24 @@ class ReplicaStream:
         )
         return "file"
 
+    def _refuse_file_failover(self, position: Position) -> None:
+        """A file:pos names a place in one server's binlog only: it cannot move to another."""
+        if len(self._candidates) > 1:
+            raise ConfigError(
+                f"source.hosts lists {len(self._candidates)} servers, but the position "
+                f"{position} can only be resumed by file:pos: failing over needs GTIDs "
+                "(a stored GTID position, and gtid_mode=ON on MySQL). List one host, or "
+                "start from a GTID position",
+                key="source.hosts",
+                position=str(position),
+            )
+
     async def _decode(self, conn: AsyncConnection) -> AsyncIterator[tuple[bytes, list[Event]]]:
         """Each event the primary sends with what it decodes to."""
         assert self.info is not None
-        parser = BinlogParser(checksums=self.info.checksum, source=f"{self.source.host}")
+        parser = BinlogParser(
+            checksums=self.info.checksum, source=self._candidates[self._current][0]
+        )
         silence = max(self.source.heartbeat_s * 3, 5.0)
         iterator = conn.__aiter__()
         while True:

@@ -74,7 +74,7 @@ def test_a_merge_key_still_overrides_and_the_same_key_in_two_sections_is_fine(
     ("text", "key", "line"),
     [
         ("sorce:\n  host: a\n", "sorce", "unknown key `sorce` (did you mean `source`?)"),
-        ("source:\n  hots: a\n", "source.hots", "unknown key `hots` (did you mean `host`?)"),
+        ("source:\n  hots: a\n", "source.hots", "unknown key `hots` (did you mean `hosts`?)"),
         ("source:\n  start: {gtdi: 0-1-2}\n", "source.start.gtdi", "(did you mean `gtid`?)"),
         (
             "invalidate:\n  rules:\n    - {table: t, keys: [a], tabel_action: scan}\n",
