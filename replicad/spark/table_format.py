@@ -127,8 +127,9 @@ def kafka_changes(
         raise ConfigError(
             "spark.lake_format delta reads Kafka with Spark's Java client, which does not "
             "take sinks.kafka's security settings yet",
-            key="sinks.kafka.producer", settings=security,
-        )  # fmt: skip
+            key="sinks.kafka.producer",
+            settings=security,
+        )
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", options["kafka.bootstrap.servers"])
@@ -174,16 +175,23 @@ class _Typer:
             raise SchemaUnknownError(
                 "a change names a schema version this query was not started with (a DDL "
                 "after the start): start it again",
-                topic=topic, partition=partition, offset=offset, version=version,
-            )  # fmt: skip
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                version=version,
+            )
         if self._convert is None:  # built on the worker, once per deserialized copy
             after = self.schema["after"].dataType
             assert isinstance(after, StructType)
             self._convert = row_converter(after)
         return change_row(
-            envelope, None if key is None else bytes(key).decode(), self._convert,
-            topic, partition, offset,
-        )  # fmt: skip
+            envelope,
+            None if key is None else bytes(key).decode(),
+            self._convert,
+            topic,
+            partition,
+            offset,
+        )
 
 
 # ---------------------------------------------------------------------- folding
@@ -339,20 +347,32 @@ class DeltaMaterialize(Materialize):
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_s} seconds")
-        log.info("lake_query_started", table=table, versions=len(versions), format="delta",
-                 key=list(versions[-1].primary_key))  # fmt: skip
+        log.info(
+            "lake_query_started",
+            table=table,
+            versions=len(versions),
+            format="delta",
+            key=list(versions[-1].primary_key),
+        )
         return writer.start()
 
     def _sink(
         self, table: str, changes: DataFrame, versions: list[TypedSchema]
     ) -> DataStreamWriter:
-        lake = DeltaLakeTable(self.lake_path(table), versions[-1].primary_key,
-                              table_struct(versions))  # fmt: skip
+        lake = DeltaLakeTable(
+            self.lake_path(table), versions[-1].primary_key, table_struct(versions)
+        )
 
         def apply(batch: DataFrame, batch_id: int) -> None:
             started = time.monotonic()
             version = lake.apply(batch)
-            log.info("lake_batch_applied", table=table, batch=batch_id, version=version,
-                     format="delta", seconds=round(time.monotonic() - started, 3))  # fmt: skip
+            log.info(
+                "lake_batch_applied",
+                table=table,
+                batch=batch_id,
+                version=version,
+                format="delta",
+                seconds=round(time.monotonic() - started, 3),
+            )
 
         return changes.writeStream.foreachBatch(apply)

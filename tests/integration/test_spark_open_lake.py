@@ -40,8 +40,10 @@ def _jars() -> str:
         return given
     fetched = subprocess.run(
         ["bash", str(ROOT / "scripts/services.sh"), "spark-jars"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert fetched.returncode == 0, fetched.stderr[-2000:]
     return fetched.stdout.strip().splitlines()[-1]
 
@@ -69,11 +71,23 @@ def _delta_rows(path: Path) -> dict[int, dict[str, Any]]:
 
 def _materialize_once(config: Path, log: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "replicad.cli", "spark", "materialize", "-c", str(config),
-         "--master", "local[2]", "--once"],
-        cwd=ROOT, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "replicad.cli",
+            "spark",
+            "materialize",
+            "-c",
+            str(config),
+            "--master",
+            "local[2]",
+            "--once",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
+    )
     with log.open("ab") as out:
         out.write(result.stderr)
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
@@ -83,11 +97,18 @@ def _insert(cur: Any, ids: range, tag: str) -> None:
     cur.executemany(
         f"INSERT INTO acc ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
         [
-            (i, i * 3, f"{tag}{i}é", Decimal(i) / 4, dt.datetime(2026, 11, 28, 10, 0, 0, i),
-             2**64 - i, i.to_bytes(4, "big"))
+            (
+                i,
+                i * 3,
+                f"{tag}{i}é",
+                Decimal(i) / 4,
+                dt.datetime(2026, 11, 28, 10, 0, 0, i),
+                2**64 - i,
+                i.to_bytes(4, "big"),
+            )
             for i in ids
         ],
-    )  # fmt: skip
+    )
 
 
 def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> None:
@@ -100,13 +121,17 @@ def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> N
     conn.commit()
     lake = tmp_path / "lake"
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7394, prefix=f"d{uuid.uuid4().hex[:8]}", kafka=kafka,
-        db=name, kafka_yaml="topics: {partitions: 3}",
+        tmp_path / "replicad",
+        server_id=7394,
+        prefix=f"d{uuid.uuid4().hex[:8]}",
+        kafka=kafka,
+        db=name,
+        kafka_yaml="topics: {partitions: 3}",
         extra_yaml=(
             f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
             f"checkpoint_path: '{tmp_path / 'ckpt'}'}}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     log = tmp_path / "spark.log"
     path = lake / name / "acc"
@@ -172,12 +197,16 @@ def test_records_removed_while_the_job_was_down_fail_the_query(db, kafka, tmp_pa
     conn.commit()
     prefix = f"r{uuid.uuid4().hex[:8]}"
     replicad = KafkaReplicad(
-        tmp_path / "replicad", server_id=7396, prefix=prefix, kafka=kafka, db=name,
+        tmp_path / "replicad",
+        server_id=7396,
+        prefix=prefix,
+        kafka=kafka,
+        db=name,
         extra_yaml=(
             f"spark: {{lake_format: delta, lake_jars: '{_jars()}', "
             f"lake_path: '{tmp_path / 'lake'}', checkpoint_path: '{tmp_path / 'ckpt'}'}}\n"
         ),
-    )  # fmt: skip
+    )
     replicad.start()
     log = tmp_path / "spark.log"
     try:
@@ -204,11 +233,23 @@ def test_records_removed_while_the_job_was_down_fail_the_query(db, kafka, tmp_pa
         for future in futures.values():
             future.result(30)
         result = subprocess.run(
-            [sys.executable, "-m", "replicad.cli", "spark", "materialize", "-c",
-             str(replicad.config), "--master", "local[1]", "--once"],
-            cwd=ROOT, capture_output=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "replicad.cli",
+                "spark",
+                "materialize",
+                "-c",
+                str(replicad.config),
+                "--master",
+                "local[1]",
+                "--once",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=600,
             env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        )  # fmt: skip
+        )
         stderr = result.stderr.decode(errors="replace")
         with log.open("ab") as out:
             out.write(result.stderr)

@@ -49,8 +49,15 @@ def test_only_the_daemon_and_the_command_line_import_service() -> None:
 
 @pytest.mark.parametrize("package", ["protocol", "binlog"])
 def test_the_sans_io_layers_import_nothing_downstream(package: str) -> None:
-    downstream = ("replicad.sinks", "replicad.service", "replicad.spark", "replicad.invalidate",
-                  "replicad.relay", "replicad.source", "replicad.coordination")  # fmt: skip
+    downstream = (
+        "replicad.sinks",
+        "replicad.service",
+        "replicad.spark",
+        "replicad.invalidate",
+        "replicad.relay",
+        "replicad.source",
+        "replicad.coordination",
+    )
     assert _violations(_modules(package), downstream) == []
 
 
