@@ -323,17 +323,15 @@ class KafkaSink:
             headers = None if last is None else [*first, (ROW_HEADER, b"%d" % row), *last]
             tombstone = op == "d" and tombstones and key_bytes is not None
             if direct and len(value) <= limit:
-                sent += 1
-                unit.outstanding += 1  # counted before it is queued, as in `_send_raw`
-                if not produce(topic, key_bytes, value, headers, unit):
-                    self._pending.append((topic, key_bytes, value, headers, unit, -1))
-                    direct = False
-                elif tombstone:
+                # A full queue sends the rest to the pending list, in order: a delete's
+                # tombstone after its delete even when the delete itself did not fit.
+                for message in (value, None) if tombstone else (value,):
                     sent += 1
-                    unit.outstanding += 1
-                    if not produce(topic, key_bytes, None, headers, unit):
-                        self._pending.append((topic, key_bytes, None, headers, unit, -1))
-                        direct = False
+                    unit.outstanding += 1  # counted before it is queued, as in `_send_raw`
+                    if direct and produce(topic, key_bytes, message, headers, unit):
+                        continue
+                    self._pending.append((topic, key_bytes, message, headers, unit, -1))
+                    direct = False
                 continue
             direct = False
             self._send_raw(topic, key_bytes, value, headers)

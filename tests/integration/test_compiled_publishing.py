@@ -159,3 +159,41 @@ def test_compiled_and_pure_paths_write_identical_json_lines(db, tmp_path, monkey
     assert len(slow) >= 80 + 12 + 4 + 6
     assert [_TS_MS.sub(b"", line) for line in fast] == [_TS_MS.sub(b"", line) for line in slow]
     assert all(_TS_MS.search(line) for line in fast + slow)
+
+
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
+def test_a_full_producer_queue_keeps_every_tombstone(db, kafka, tmp_path) -> None:
+    """A delete that finds librdkafka's queue full goes to the pending list; its tombstone
+    must follow it there. It was dropped (bench/publish.py's at-least-once run: one of
+    10,000 tombstones missing, every row message there)."""
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, pad VARCHAR(100))")
+    start = binlog_position(conn)
+    with conn.cursor() as cur:
+        values = ",".join(f"({i}, REPEAT('p', 100))" for i in range(1, 601))
+        cur.execute(f"INSERT INTO d VALUES {values}")
+        cur.execute("DELETE FROM d")  # one event of 600 rows: the compiled route
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    replicad = KafkaReplicad(
+        tmp_path,
+        server_id=7231,
+        prefix=prefix,
+        kafka=kafka,
+        kafka_yaml="producer: {queue.buffering.max.messages: 7}",
+        start=f"{{file: {start[0]}, pos: {start[1]}}}",
+        db=name,
+    )
+    replicad.start()
+    wait_caught_up(replicad)
+    assert replicad.stop() == 0
+    records = consume_all(kafka, [f"{prefix}.{name}.d"], idle_s=3.0)
+    deletes = [i for i, r in enumerate(records) if r.value is not None and b'"op":"d"' in r.value]
+    assert len(deletes) == 600
+    following = [records[i + 1] if i + 1 < len(records) else None for i in deletes]
+    missing = [
+        records[i].key
+        for i, after in zip(deletes, following, strict=True)
+        if after is None or after.value is not None or after.key != records[i].key
+    ]
+    assert missing == [], f"deletes without their tombstone: {missing[:5]}"
