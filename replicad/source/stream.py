@@ -217,14 +217,18 @@ async def open_first(source: SourceConfig, password: str) -> AsyncConnection:
         except FATAL_SOURCE_ERRORS:
             raise
         except (ReplicadError, OSError, TimeoutError) as exc:
-            log.warning(
-                "source_candidate_unavailable",
-                host=host,
-                port=port,
-                error=str(exc),
-                error_type=type(exc).__name__,
-            )
+            _candidate_unavailable(host, port, exc)
     return await open_connection(source, password, last)
+
+
+def _candidate_unavailable(host: str, port: int, exc: BaseException) -> None:
+    log.warning(
+        "source_candidate_unavailable",
+        host=host,
+        port=port,
+        error=str(exc),
+        error_type=type(exc).__name__,
+    )
 
 
 async def open_connection(
@@ -415,13 +419,7 @@ class ReplicaStream:
             except FATAL_SOURCE_ERRORS:
                 raise
             except (ReplicadError, OSError, TimeoutError) as exc:
-                log.warning(
-                    "source_candidate_unavailable",
-                    host=host,
-                    port=port,
-                    error=str(exc),
-                    error_type=type(exc).__name__,
-                )
+                _candidate_unavailable(host, port, exc)
                 failure = exc
                 continue
             if index != self._current:
