@@ -757,6 +757,7 @@ def _start_value(config: Config) -> str:
 
 
 async def _local_change_position(config: Config, password: str, value: str) -> dict[str, Any]:
+    from replicad.checkpoint_record import Checkpoint
     from replicad.coordination.local import LocalPipelineStore, PositionFileLock
     from replicad.service.operator import resolve_position
     from replicad.source.schema import default_history_path
@@ -771,9 +772,9 @@ async def _local_change_position(config: Config, password: str, value: str) -> d
             config.schema_.history_path or default_history_path(path),
             config.pipeline,
         )
-        old = store.load_position()
+        old = store.load_checkpoint()
         store.save_history(history, None)  # the history first: never behind the position
-        store.save_position(position)
+        store.save_checkpoint(Checkpoint(position))  # incremental snapshots are not carried
     finally:
         lock.release()
     return {

@@ -4,6 +4,7 @@ A position always has `file:pos` (the offset of the first event after the commit
 the primary has GTIDs, the executed GTID set (MySQL) or the per-domain GTID position (MariaDB).
 `row` counts the rows of the transaction starting at this position that were already
 delivered, so that a restart inside a huge transaction skips them instead of re-sending.
+What a pipeline stores to resume wraps it with snapshot progress (`checkpoint_record.py`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ class Position:
     mysql_gtids: GtidSet | None = None
     mariadb_gtids: MariaGtidPosition | None = None
     row: int = 0
-    # Incremental snapshot progress (JSON, replicad/snapshot/incremental.py): stored with the
-    # position so that it is durable exactly when the reads before it are acknowledged.
-    snapshot: str | None = None
 
     def __post_init__(self) -> None:
         if self.pos < 4:
@@ -56,9 +54,6 @@ class Position:
     def with_row(self, row: int) -> Position:
         return replace(self, row=row)
 
-    def with_snapshot(self, progress: str | None) -> Position:
-        return self if progress == self.snapshot else replace(self, snapshot=progress)
-
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "pos": self.pos}
         if self.mysql_gtids is not None:
@@ -67,8 +62,6 @@ class Position:
             out["mariadb_gtid"] = str(self.mariadb_gtids)
         if self.row:
             out["row"] = self.row
-        if self.snapshot is not None:
-            out["snapshot"] = self.snapshot
         return out
 
     @classmethod
@@ -95,10 +88,7 @@ class Position:
         row = data.get("row", 0)
         if not isinstance(row, int):
             raise InvalidPositionError("position record row must be an integer", value=data)
-        snapshot = data.get("snapshot")
-        if snapshot is not None and not isinstance(snapshot, str):
-            raise InvalidPositionError("position record snapshot must be a string", value=data)
-        return cls(file, pos, mysql, maria, row, snapshot)
+        return cls(file, pos, mysql, maria, row)
 
     def __str__(self) -> str:
         gtids = self.gtid_text

@@ -18,6 +18,7 @@ import structlog
 
 from replicad.atomic_file import write_atomically
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.errors import InvalidPositionError, ReplicadError, write_error
 from replicad.exit_codes import EXIT_CONFIG
 from replicad.process_lock import ProcessLock, holder_pid
@@ -39,7 +40,7 @@ class LocalPositionStore:
         self.path = Path(path)
         self.pipeline = pipeline
 
-    def load(self) -> Position | None:
+    def load(self) -> Checkpoint | None:
         try:
             text = self.path.read_text()
         except FileNotFoundError:
@@ -66,17 +67,17 @@ class LocalPositionStore:
                 file=str(self.path),
             )
         try:
-            return Position.from_json(data["position"])
+            return Checkpoint.from_json(data["position"])
         except (KeyError, InvalidPositionError) as exc:
             raise PositionStoreError(
                 f"position file holds no valid position: {exc}", file=str(self.path)
             ) from None
 
-    def save(self, position: Position) -> None:
+    def save(self, checkpoint: Checkpoint) -> None:
         record = {
             "version": FORMAT_VERSION,
             "pipeline": self.pipeline,
-            "position": position.to_json(),
+            "position": checkpoint.to_json(),
         }
         data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
         try:
@@ -158,11 +159,11 @@ class LocalPipelineStore:
     def describe(self) -> str:
         return f"file {self.positions.path}"
 
-    def load_position(self) -> Position | None:
+    def load_checkpoint(self) -> Checkpoint | None:
         return self.positions.load()
 
-    def save_position(self, position: Position) -> None:
-        self.positions.save(position)
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.positions.save(checkpoint)
 
     def load_history(self, position: Position) -> SchemaHistory | None:
         return SchemaHistory.load(self.history_path, position)

@@ -1,7 +1,7 @@
-"""What a pipeline keeps outside itself: its position, its schema history, and what it tells
-operators (status, last error). `coordination.local` keeps them in files for a single daemon;
-`coordination.zk_store` keeps them in ZooKeeper, where every write is fenced by the leader's
-epoch.
+"""What a pipeline keeps outside itself: its checkpoint (position and snapshot progress), its
+schema history, and what it tells operators (status, last error). `coordination.local` keeps
+them in files for a single daemon; `coordination.zk_store` keeps them in ZooKeeper, where every
+write is fenced by the leader's epoch.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.source.schema import SchemaHistory
 
 
@@ -16,9 +17,9 @@ class PipelineStore(Protocol):
     def describe(self) -> str:
         """Where the state lives, for logs and errors ("file /var/lib/...", "zookeeper ...")."""
 
-    def load_position(self) -> Position | None: ...
+    def load_checkpoint(self) -> Checkpoint | None: ...
 
-    def save_position(self, position: Position) -> None: ...
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
 
     def load_history(self, position: Position) -> SchemaHistory | None:
         """The schema history as it was at `position` (None: none stored). Raises

@@ -25,6 +25,7 @@ from kazoo.exceptions import (
 )
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.coordination.zk_client import (
     COMMAND_PREFIX,
     CandidateExistsError,
@@ -112,8 +113,8 @@ def _children(client: ZkClient, path: str, what: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- position
-def position_record(position: Position, epoch: int, by: str) -> dict[str, Any]:
-    return {"position": position.to_json(), "epoch": epoch, "ts_ms": now_ms(), "by": by}
+def position_record(checkpoint: Checkpoint, epoch: int, by: str) -> dict[str, Any]:
+    return {"position": checkpoint.to_json(), "epoch": epoch, "ts_ms": now_ms(), "by": by}
 
 
 def parse_position_record(data: bytes, path: str) -> dict[str, Any] | None:
@@ -126,9 +127,9 @@ def parse_position_record(data: bytes, path: str) -> dict[str, Any] | None:
     return record
 
 
-def position_from_record(record: dict[str, Any], path: str) -> Position:
+def checkpoint_from_record(record: dict[str, Any], path: str) -> Checkpoint:
     try:
-        return Position.from_json(record["position"])
+        return Checkpoint.from_json(record["position"])
     except InvalidPositionError as exc:
         raise CoordinationDataError(
             f"position node holds no valid position: {exc}", path=path
@@ -498,7 +499,7 @@ def force_set_position(
     if current is None:  # deleted right after ensure_pipeline_nodes created it
         raise CoordinationConflictError("the epoch node vanished", path=paths.epoch)
     epoch, version = current
-    data = dumps(position_record(position, epoch + 1, by))
+    data = dumps(position_record(Checkpoint(position), epoch + 1, by))
     exists = _get(client, paths.position, "read the position") is not None
     old_parts = [
         c

@@ -11,6 +11,7 @@ from typing import Any
 import zstandard
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.coordination.requests import SNAPSHOT_OPS, OperatorRequest
 from replicad.coordination.zk_leadership import Leadership
 from replicad.coordination.zk_ops import Command
@@ -38,11 +39,11 @@ class ZkPipelineStore:
     def describe(self) -> str:
         return f"zookeeper {self.leadership.paths.base}"
 
-    def load_position(self) -> Position | None:
-        return self.leadership.load_position()
+    def load_checkpoint(self) -> Checkpoint | None:
+        return self.leadership.load_checkpoint()
 
-    def save_position(self, position: Position) -> None:
-        self.leadership.save_position(position)
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.leadership.save_checkpoint(checkpoint)
 
     def load_history(self, position: Position) -> SchemaHistory | None:
         blob = self.leadership.load_schema()

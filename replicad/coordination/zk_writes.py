@@ -18,7 +18,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.coordination.zk_client import (
     CommandError,
     LeaseInvalidError,
@@ -34,10 +34,10 @@ from replicad.coordination.zk_ops import (
     SCHEMA_PART_BYTES,
     SCHEMA_PART_PREFIX,
     Command,
+    checkpoint_from_record,
     get_command,
     list_commands,
     parse_position_record,
-    position_from_record,
     position_record,
     prune_commands,
     read_schema,
@@ -131,8 +131,8 @@ class LeaderWrites:
             raise map_kazoo_error(failed[0], what, path=path, pipeline=self.paths.pipeline)
         return results[1:]
 
-    def load_position(self) -> Position | None:
-        """The stored position (None if none). Read in this session after the epoch bump, so
+    def load_checkpoint(self) -> Checkpoint | None:
+        """The stored checkpoint (None if none). Read in this session after the epoch bump, so
         it includes every write of every earlier leader."""
         try:
             data, _ = self.client.wait(
@@ -146,15 +146,15 @@ class LeaderWrites:
             return None
         self._position_exists = True
         record = parse_position_record(data, self.paths.position)
-        return None if record is None else position_from_record(record, self.paths.position)
+        return None if record is None else checkpoint_from_record(record, self.paths.position)
 
-    def save_position(self, position: Position) -> None:
-        """Store the position under this epoch (fenced; bounded by the client's op timeout).
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Store the checkpoint under this epoch (fenced; bounded by the client's op timeout).
 
         Raises LeaseInvalidError (wait_valid, then retry), CoordinationUnavailableError (in
         doubt: a later successful save supersedes it), FencedError / LeadershipLostError
         (stop the pipeline)."""
-        data = dumps(position_record(position, self._epoch or 0, self.client.identity.worker_id))
+        data = dumps(position_record(checkpoint, self._epoch or 0, self.client.identity.worker_id))
         for _ in range(2):
             create = self._position_exists is False
 
@@ -177,7 +177,7 @@ class LeaderWrites:
                 self._position_exists = True
                 continue
             self._position_exists = True
-            self._log.debug("zk_position_written", epoch=self._epoch, position=str(position))
+            self._log.debug("zk_position_written", epoch=self._epoch, position=str(checkpoint))
             return
         raise CoordinationError(
             "the position node keeps appearing and vanishing", path=self.paths.position

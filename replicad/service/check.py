@@ -327,7 +327,7 @@ def _local_position(config: Config, names: list[str]) -> Finding:
     """The stored position, and whether the primary still has its binlog file."""
     path = config.coordination.local.path
     try:
-        stored = LocalPositionStore(path, config.pipeline).load()
+        checkpoint = LocalPositionStore(path, config.pipeline).load()
     except ReplicadError as exc:
         return Finding(
             FAIL,
@@ -335,8 +335,9 @@ def _local_position(config: Config, names: list[str]) -> Finding:
             str(exc),
             f"repair or move away {path} (then `replicad position set` or a re-snapshot)",
         )
-    if stored is None:
+    if checkpoint is None:
         return Finding(PASS, "position", f"no stored position; will start at {config.source.start}")
+    stored = checkpoint.position
     if stored.file and stored.file not in names and stored.mariadb_gtids is None:
         text = f"stored position {stored} is no longer on the primary (purged)"
         if config.snapshot.mode == "when_needed":

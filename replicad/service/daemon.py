@@ -36,6 +36,7 @@ from replicad.binlog.changes import (
 from replicad.binlog.events import HeartbeatEvent, QueryEvent
 from replicad.binlog.position import Position
 from replicad.binlog.rows import RowsEvent, TableMapEvent
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import Config
 from replicad.coordination.local import LocalPipelineStore
 from replicad.coordination.requests import LocalRequests, RequestInbox
@@ -163,7 +164,8 @@ class Pipeline:
         self._event_sink = only if isinstance(only, EventSink) else None
         self._cursor = _Cursor(StatementContext(keep_query=config.envelope.include_query))
         self._rows_per_mark = config.checkpoint.rows
-        self.committed: Position | None = None  # after the last transaction read
+        # After the last transaction read, with the snapshot progress its mark carried.
+        self.committed: Checkpoint | None = None
         self.transactions = 0
         self.rows = 0
         self._in_transaction = False
@@ -204,11 +206,15 @@ class Pipeline:
         return not self._in_transaction
 
     @property
-    def stored(self) -> Position | None:
+    def stored(self) -> Checkpoint | None:
         return None if self.checkpointer is None else self.checkpointer.stored
 
-    async def resolve_start(self) -> Position:
-        stored = self.store.load_position()
+    @property
+    def stored_position(self) -> Position | None:
+        return None if self.checkpointer is None else self.checkpointer.stored_position
+
+    async def resolve_start(self) -> Checkpoint:
+        stored = self.store.load_checkpoint()
         if self.kafka is not None:
             in_kafka = await self.kafka.start()
             if in_kafka is not None:  # exactly-once: Kafka's record is the truth
@@ -216,7 +222,7 @@ class Pipeline:
                     log.info("position_from_kafka", kafka=str(in_kafka), local=str(stored))
                 stored = in_kafka
         if stored is not None and self.config.snapshot.mode == "when_needed":
-            held = stored
+            held = stored.position
             if await with_primary(
                 self.config.source,
                 self.password,
@@ -231,14 +237,14 @@ class Pipeline:
                 stored = None
         if stored is None and self.config.snapshot.mode != "never":
             position, self.history = await self.snapshots.open_initial()
-            return position
+            return Checkpoint(position, self.snapshots.progress)
         if stored is not None:
             log.info("position_loaded", position=str(stored))
             self.snapshots.resume(stored.snapshot)  # incremental snapshots in progress
             # The persisted history, trimmed to the stored position; never a new snapshot
             # (that would be today's schema, not the one at the position) unless there is none.
             try:
-                history = self.store.load_history(stored)
+                history = self.store.load_history(stored.position)
             except SchemaHistoryAheadError as exc:
                 log.warning("schema_history_unusable", error=str(exc))
                 history = None
@@ -251,7 +257,7 @@ class Pipeline:
                 history = await with_primary(
                     self.config.source,
                     self.password,
-                    lambda conn: snapshot(conn, stored),
+                    lambda conn: snapshot(conn, stored.position),
                     what="schema snapshot",
                 )
             self.history = history
@@ -273,14 +279,14 @@ class Pipeline:
                 note="events before later DDL may decode with today's columns",
             )
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
-        return position
+        return Checkpoint(position)
 
     @property
     def snapshot_progress(self) -> list[TableProgress]:
         """The initial snapshot's tables, for the metrics."""
         return self.snapshots.tables
 
-    async def _emit_reads(self, reads: Sequence[RowChange], mark: Position | None) -> None:
+    async def _emit_reads(self, reads: Sequence[RowChange], mark: Checkpoint | None) -> None:
         """Reads of the initial snapshot, then a mark at `mark` (if any), as one step."""
         checkpointer = self.checkpointer
         assert checkpointer is not None
@@ -308,7 +314,7 @@ class Pipeline:
             self.store,
             self.history,
             self.config.checkpoint.interval_s,
-            stored=self.store.load_position(),
+            stored=self.store.load_checkpoint(),
             on_acked=self.progress.acknowledged,
         )
         # Both tasks take the gate; whichever fails first ends the pipeline with its error.
@@ -318,7 +324,11 @@ class Pipeline:
         helpers = [
             asyncio.create_task(
                 retention_checks(
-                    self.config, self.password, lambda: self.stored, self.telemetry, self.file_clock
+                    self.config,
+                    self.password,
+                    lambda: self.stored_position,
+                    self.telemetry,
+                    self.file_clock,
                 )
             )
         ]
@@ -350,10 +360,10 @@ class Pipeline:
                     return
             finally:
                 self._snapshotting = False
-        self._cursor.skip = self.committed.row  # rows of the next transaction delivered
+        self._cursor.skip = self.committed.position.row  # rows of the next transaction delivered
         progress = self.progress
         self._reading = True
-        async for unit in self.stream.units(self.committed.with_snapshot(None)):
+        async for unit in self.stream.units(self.committed.position):
             if isinstance(unit, HeartbeatEvent):
                 progress.heartbeat(self._in_transaction)
                 # While the primary is quiet its heartbeats are the boundaries at which a
@@ -518,15 +528,13 @@ class Pipeline:
         await self._after_mark(checkpointer)
 
     async def _commit(self, end: Position, commit_ts: int, checkpointer: Checkpointer) -> None:
-        """The transaction's mark. Snapshot progress rides with the position: durable exactly
-        when the reads before it are acknowledged."""
+        """The transaction's mark. Snapshot progress rides with the position in its
+        checkpoint record: durable exactly when the reads before it are acknowledged."""
         self.last_commit_read = time.time()
         self.history.commit(end)
-        progress = self.snapshots.progress
-        if progress is not None:
-            end = end.with_snapshot(progress)
-        self.progress.transaction_read(checkpointer.mark(end, True), commit_ts)
-        self.committed = end
+        committed = Checkpoint(end, self.snapshots.progress)
+        self.progress.transaction_read(checkpointer.mark(committed, True), commit_ts)
+        self.committed = committed
         self._in_transaction = False
         self.transactions += 1
         self._cursor.skip = self._cursor.delivered = 0
@@ -676,7 +684,7 @@ class Pipeline:
                     stored = self.checkpointer.stored
                     self.snapshots.tick(None if stored is None else stored.snapshot)
                     if isinstance(self.stream, RelayedStream):
-                        self.stream.maintain(self.checkpointer.stored)  # fsync, retention
+                        self.stream.maintain(self.stored_position)  # fsync, retention
                     if self.inbox is not None and self.command is None:
                         self.command = self.inbox.next_command()
                         if self.command is not None:

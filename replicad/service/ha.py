@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import structlog
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import Config, ZookeeperConfig
 from replicad.coordination.zk import (
     Command,
@@ -255,7 +256,7 @@ async def _apply_set_position(
 ) -> None:
     """The pipeline stopped cleanly at a transaction boundary: write the requested position
     with a schema snapshot for it (both fenced), then mark the command applied."""
-    old = store.load_position()
+    old = store.load_checkpoint()
     try:
         position = Position.from_json(command.args["position"])
         conn = await open_connection(config.source, password)
@@ -268,7 +269,7 @@ async def _apply_set_position(
         leadership.complete_command(command.id, "rejected", {"error": str(exc)})
         return
     store.save_history(history, None)  # the history first: never behind the position
-    store.save_position(position)
+    store.save_checkpoint(Checkpoint(position))  # incremental snapshots are not carried
     result = {
         "old": None if old is None else old.to_json(),
         "new": position.to_json(),

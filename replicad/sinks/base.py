@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from replicad.binlog.changes import EventRows, RowChange, TableChange
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.errors import ReplicadError
 from replicad.exit_codes import EXIT_CONFIG, EXIT_TEMPFAIL
 
@@ -54,9 +55,10 @@ class Sink(Protocol):
         """Hand one table-level change over (TRUNCATE, a schema change), in order with the
         rows; counted towards the open mark like a row."""
 
-    def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
-        """Everything published so far belongs to marks <= seq; `position` is where a restart
-        would continue after them (a row index inside a transaction when not at its end)."""
+    def mark(self, seq: int, checkpoint: Checkpoint, transaction_end: bool) -> None:
+        """Everything published so far belongs to marks <= seq; `checkpoint` is where a
+        restart would continue after them (a row index inside a transaction when not at its
+        end)."""
 
     def acked(self) -> int:
         """The highest mark fully delivered along with all earlier ones (0: none). Raises the

@@ -35,6 +35,7 @@ from confluent_kafka import (
 from replicad.binlog.changes import EventRows, RowChange, TableChange
 from replicad.binlog.column_types import TableDescription
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.published.kafka_clients import kafka_client
@@ -168,7 +169,7 @@ class KafkaSink:
         self._in_kafka_txn = False
         self._txn_started = 0.0
         self._since_mark = 0  # messages published after the last mark
-        self._last_mark: tuple[int, Position] | None = None
+        self._last_mark: tuple[int, Checkpoint] | None = None
         self._marks_in_batch = 0
         self._committed_seq = 0
         self._commit_due = False
@@ -206,7 +207,7 @@ class KafkaSink:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> Position | None:
+    async def start(self) -> Checkpoint | None:
         """Exactly-once: fence older producers of this pipeline and read the position stored
         in Kafka. At-least-once: nothing to do (returns None)."""
         if not self.exactly_once:
@@ -531,16 +532,16 @@ class KafkaSink:
 
     # ------------------------------------------------------------------ marks and acks
 
-    def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
+    def mark(self, seq: int, checkpoint: Checkpoint, transaction_end: bool) -> None:
         if self._fatal is not None:
             raise self._fatal
-        self.tracker.close(seq, position)
+        self.tracker.close(seq, checkpoint.position)
         self._since_mark = 0
         if transaction_end:
             self._txn_id, self._txn_total = None, 0
             self._txn_per_table.clear()
         if self.exactly_once:
-            self._last_mark = (seq, position)
+            self._last_mark = (seq, checkpoint)
             self._marks_in_batch += 1
             if self._marks_in_batch >= self.config.batch_transactions or (
                 self._in_kafka_txn
@@ -786,7 +787,8 @@ class KafkaSink:
     async def _commit_last_mark(self) -> None:
         self._commit_due = False
         assert self._last_mark is not None
-        seq, position = self._last_mark
+        seq, checkpoint = self._last_mark
+        position = checkpoint.position
         if self._since_mark:
             raise AssertionError("a Kafka transaction may only end at a mark")
         topic = self.routing.positions_topic
@@ -799,7 +801,7 @@ class KafkaSink:
         await self._wait_for_acks(deadline, position)
         record = {
             "pipeline": self.pipeline,
-            "position": position.to_json(),
+            "position": checkpoint.to_json(),
             "ts_ms": int(time.time() * 1000),
             "batch": self._batch_id,  # as in its messages' headers (this one may begin it)
         }

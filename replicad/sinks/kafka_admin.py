@@ -13,7 +13,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.published.kafka_clients import kafka_client, serve_logs, shared_settings
@@ -158,8 +158,8 @@ class PositionReader:
             for p in meta.topics[self.topic].partitions
         }
 
-    def read(self) -> Position | None:
-        """The position (None: the pipeline has none); closes the consumer."""
+    def read(self) -> Checkpoint | None:
+        """The checkpoint (None: the pipeline has none); closes the consumer."""
         try:
             if self._ends is None:
                 self.prepare()
@@ -176,15 +176,15 @@ class PositionReader:
         if found is None:
             log.info("kafka_position_absent", topic=self.topic)
             return None
-        position = Position.from_json(found["position"])
-        log.info("kafka_position_loaded", topic=self.topic, position=str(position))
-        return position
+        checkpoint = Checkpoint.from_json(found["position"])
+        log.info("kafka_position_loaded", topic=self.topic, position=str(checkpoint))
+        return checkpoint
 
     def close(self) -> None:
         self.consumer.close()
 
 
-def read_position(config: KafkaSinkConfig, topic: str, pipeline: str) -> Position | None:
+def read_checkpoint(config: KafkaSinkConfig, topic: str, pipeline: str) -> Checkpoint | None:
     """`PositionReader` in one step (nothing to overlap)."""
     return PositionReader(config, topic, pipeline).read()
 

@@ -24,7 +24,7 @@ import orjson
 import structlog
 
 from replicad.binlog.changes import RowChange, TableChange
-from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import MqttSinkConfig
 from replicad.errors import certificate_refused
 from replicad.extras import missing_extra
@@ -144,8 +144,8 @@ class MqttSink:
             )
         self._enqueue(self._topic(change.db, change.table), payload)
 
-    def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
-        self.tracker.close(seq, position)
+    def mark(self, seq: int, checkpoint: Checkpoint, transaction_end: bool) -> None:
+        self.tracker.close(seq, checkpoint.position)
 
     def acked(self) -> int:
         return self.tracker.acked()

@@ -20,7 +20,7 @@ from typing import BinaryIO
 import structlog
 
 from replicad.binlog.changes import EventRows, RowChange, TableChange
-from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.errors import write_error
 from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import EnvelopeLines
@@ -96,7 +96,7 @@ class JsonLinesSink:
         except OSError as exc:
             raise write_error(SinkError, "cannot write a change", exc, file=self._name) from None
 
-    def mark(self, seq: int, position: Position, transaction_end: bool) -> None:
+    def mark(self, seq: int, checkpoint: Checkpoint, transaction_end: bool) -> None:
         self._marked = seq
 
     def acked(self) -> int:

@@ -9,8 +9,8 @@ connection that reads chunks, and the progress JSON the marks carry. The pipelin
 - hands it the rows of the signal table and of the table in the open window as the stream
   meets them (`watches`, `seen`), and gets the chunk's reads back through `publish`;
 - calls `tick` while the source is quiet (take operator requests, read the next chunk);
-- puts `progress` on every transaction-end mark, so it is durable exactly when the reads
-  before it are acknowledged.
+- puts `progress` in every transaction-end mark's checkpoint record (checkpoint_record.py),
+  so it is durable exactly when the reads before it are acknowledged.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import structlog
 
 from replicad.binlog.changes import RowChange
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import Config
 from replicad.errors import ReplicadError
 from replicad.protocol.transport import AsyncConnection
@@ -68,8 +69,8 @@ class Requests(Protocol):
 
 # Publishes one read through the pipeline's filters and sinks (lease checked, rows counted).
 Publish = Callable[[RowChange], Awaitable[None]]
-# Publishes the reads of an initial snapshot, then places a mark at the position (if any).
-Emit = Callable[[Sequence[RowChange], Position | None], Awaitable[None]]
+# Publishes the reads of an initial snapshot, then places a mark at the checkpoint (if any).
+Emit = Callable[[Sequence[RowChange], Checkpoint | None], Awaitable[None]]
 OpenReader = Callable[[], Awaitable[ChunkReader]]
 
 
@@ -116,7 +117,7 @@ class SnapshotDriver:
     # ------------------------------------------------------------------ start
 
     def resume(self, progress: str | None) -> None:
-        """Continue the incremental snapshots a stored position carries (None: none)."""
+        """Continue the incremental snapshots a stored checkpoint carries (None: none)."""
         if progress is not None:
             self._state = IncrementalSnapshots(progress)
             self.progress = progress
@@ -229,7 +230,7 @@ class SnapshotDriver:
             with contextlib.suppress(ReplicadError):  # e.g. cancelled inside a query
                 await snapshot_reader.end(view.conn)
             await view.conn.close()
-        await emit((), view.position)
+        await emit((), Checkpoint(view.position))
         log.info(
             "snapshot_done",
             position=str(view.position),
@@ -275,7 +276,7 @@ class SnapshotDriver:
                     progress.chunks,
                     progress.rows - 1,
                 )
-            await emit(batch, None if resume is None else position.with_snapshot(resume.progress()))
+            await emit(batch, None if resume is None else Checkpoint(position, resume.progress()))
             held = changes[-1]
             if self._stopping:
                 log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
@@ -285,8 +286,8 @@ class SnapshotDriver:
         rest = rest[1:]
         after_table = None
         if view.resumable and rest:
-            after_table = position.with_snapshot(
-                IncrementalSnapshots.resuming(rest, chunk_rows).progress()
+            after_table = Checkpoint(
+                position, IncrementalSnapshots.resuming(rest, chunk_rows).progress()
             )
         await emit([] if held is None else [held], after_table)
         progress.done = True

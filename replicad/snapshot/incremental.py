@@ -12,9 +12,9 @@ change: reads and changes fold to the table. The stream never waits for more tha
 emission; the SELECT runs beside it.
 
 Progress - the queue of requests, the active table and the key literals of the last row read
-- is kept as JSON in the stored position (`Position.snapshot`), so it becomes durable exactly
-when the marks after the reads are acknowledged, and a restart or a new leader resumes at
-the next chunk, not at zero.
+- is kept as JSON in the stored checkpoint (`Checkpoint.snapshot`, checkpoint_record.py), so it
+becomes durable exactly when the marks after the reads are acknowledged, and a restart or a new
+leader resumes at the next chunk, not at zero.
 """
 
 from __future__ import annotations

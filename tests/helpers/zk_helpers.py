@@ -24,6 +24,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import ZookeeperConfig
 from tests.helpers.ports import free_port_block
 
@@ -245,7 +246,7 @@ async def _zombie(hosts: str, root: str, pipeline: str, session_timeout_s: float
     await client.start_async(timeout_s=15)
     leadership = Leadership(client, ZkPaths(root, "default", pipeline))
     epoch = await leadership.campaign()
-    leadership.save_position(Position("zombie-bin.000001", 4))
+    leadership.save_checkpoint(Checkpoint(Position("zombie-bin.000001", 4)))
     _emit(event="leader", epoch=epoch, lease_s=leadership.lease_s)
     last = time.monotonic()
     woke: float | None = None
@@ -264,7 +265,7 @@ async def _zombie(hosts: str, root: str, pipeline: str, session_timeout_s: float
                 woke = now
                 _emit(event="woke", stopped_s=round(now - last, 3))
                 try:
-                    leadership.save_position(Position("zombie-bin.000002", 4))
+                    leadership.save_checkpoint(Checkpoint(Position("zombie-bin.000002", 4)))
                     _emit(event="save_at_wake", result="ok")
                 except CoordinationError as exc:
                     _emit(event="save_at_wake", result=type(exc).__name__)
@@ -276,7 +277,7 @@ async def _zombie(hosts: str, root: str, pipeline: str, session_timeout_s: float
                 except CoordinationError as exc:
                     _emit(event="wait_valid", result=type(exc).__name__)
                 try:
-                    leadership.save_position(Position("zombie-bin.000003", 4))
+                    leadership.save_checkpoint(Checkpoint(Position("zombie-bin.000003", 4)))
                     _emit(event="save_after_loss", result="ok")
                 except CoordinationError as exc:
                     _emit(event="save_after_loss", result=type(exc).__name__)

@@ -1,4 +1,4 @@
-"""Reading the exactly-once position back from the positions topic (`read_position`): a new
+"""Reading the exactly-once position back from the positions topic (`read_checkpoint`): a new
 leader reads only the tail of the topic, and must still find its pipeline's last record when
 other pipelines' records (sharing the topic) bury it deeper than one window."""
 
@@ -11,8 +11,9 @@ import pytest
 from confluent_kafka import Producer
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import KafkaSinkConfig
-from replicad.sinks.kafka_admin import TAIL_WINDOW, read_position
+from replicad.sinks.kafka_admin import TAIL_WINDOW, read_checkpoint
 from tests.helpers.kafka_helpers import create_topics, delete_topics
 
 pytestmark = pytest.mark.integration
@@ -41,9 +42,13 @@ def test_the_last_record_is_found_however_deep_it_lies(kafka: str) -> None:
                 producer.produce(topic, _record(pipeline, pos), key=pipeline.encode(), partition=0)
             producer.commit_transaction(10)
         config = KafkaSinkConfig(bootstrap_servers=kafka)
-        assert read_position(config, topic, "a") == Position("mariadb-bin.000001", 1000)
+        assert read_checkpoint(config, topic, "a") == Checkpoint(
+            Position("mariadb-bin.000001", 1000)
+        )
         last_b = 100 + TAIL_WINDOW * 8 + 39
-        assert read_position(config, topic, "b") == Position("mariadb-bin.000001", last_b)
-        assert read_position(config, topic, "nobody") is None
+        assert read_checkpoint(config, topic, "b") == Checkpoint(
+            Position("mariadb-bin.000001", last_b)
+        )
+        assert read_checkpoint(config, topic, "nobody") is None
     finally:
         delete_topics(kafka, [topic])

@@ -23,6 +23,7 @@ from kazoo.exceptions import NoAuthError
 from structlog.testing import capture_logs
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import ZookeeperConfig
 from replicad.coordination.zk import (
     CandidateExistsError,
@@ -119,31 +120,31 @@ async def test_one_leader_epochs_and_fencing(
         assert [lead.is_leader for lead in leads] == [True, False, False]
         assert not tasks[1].done() and not tasks[2].done()
         assert read_epoch(workers[1], paths) == (1, 1)
-        leads[0].save_position(pos(1))
+        leads[0].save_checkpoint(Checkpoint(pos(1)))
 
         workers[0].stop()
         assert await within(tasks[1], 15, "the second leader") == 2
         assert not tasks[2].done()
         assert leads[0].lost and not leads[0].valid
-        leads[1].save_position(pos(2))
+        leads[1].save_checkpoint(Checkpoint(pos(2)))
         with pytest.raises(LeadershipLostError) as lost:
-            leads[0].save_position(pos(99))
+            leads[0].save_checkpoint(Checkpoint(pos(99)))
         assert type(lost.value) is LeadershipLostError  # its session is gone: never sent
 
         with raw_client(zookeeper) as kz:
             assert read_json(kz, paths.position)["by"] == "w1"
             kz.delete(paths.candidate(leads[1].candidate or "?"))
         assert await within(tasks[2], 15, "the third leader") == 3
-        leads[2].save_position(pos(3))
+        leads[2].save_checkpoint(Checkpoint(pos(3)))
         with pytest.raises(FencedError):
-            leads[1].save_position(pos(98))
+            leads[1].save_checkpoint(Checkpoint(pos(98)))
         assert leads[1].lost and not leads[1].valid
         with raw_client(zookeeper) as kz:
             record = read_json(kz, paths.position)
             assert kz.get(paths.epoch)[0] == b"3"
         assert record["position"] == pos(3).to_json()
         assert (record["epoch"], record["by"]) == (3, "w2")
-        assert leads[2].load_position() == pos(3)
+        assert leads[2].load_checkpoint() == Checkpoint(pos(3))
     finally:
         await _cancel(*tasks)
 
@@ -168,7 +169,7 @@ async def test_session_expiry_loses_leadership(
         assert await within(victim_lead.campaign(), 10, "the victim leads") == 1
         standby_task = asyncio.ensure_future(standby_lead.campaign())
         await poll_until(lambda: standby_lead.candidate is not None, 10, "the standby queues")
-        victim_lead.save_position(pos(1))
+        victim_lead.save_checkpoint(Checkpoint(pos(1)))
         assert victim_lead.valid
 
         await asyncio.to_thread(expire_session, zookeeper, victim.kazoo)
@@ -178,10 +179,10 @@ async def test_session_expiry_loses_leadership(
         with pytest.raises(LeadershipLostError):
             await victim_lead.wait_valid(timeout_s=5)
         with pytest.raises(LeadershipLostError):
-            victim_lead.save_position(pos(99))
+            victim_lead.save_checkpoint(Checkpoint(pos(99)))
 
         assert await within(standby_task, 15, "the standby leads") == 2
-        standby_lead.save_position(pos(2))
+        standby_lead.save_checkpoint(Checkpoint(pos(2)))
         with raw_client(zookeeper) as kz:
             assert read_json(kz, paths.position)["position"] == pos(2).to_json()
         # The victim's client is back with a new session: it can queue again, behind.
@@ -263,7 +264,7 @@ async def test_stopped_zombie_is_invalid_on_waking(
         stopped_at = time.monotonic()
         os.kill(proc.pid, signal.SIGSTOP)
         assert await within(standby_task, 15, "the standby taking over") == 2
-        standby_lead.save_position(pos(7))
+        standby_lead.save_checkpoint(Checkpoint(pos(7)))
         # The takeover proves the session expired (the server counts from the zombie's last
         # packet, before the stop); keep it stopped longer than its session timeout anyway.
         await asyncio.sleep(max(0.0, stopped_at + 2.5 - time.monotonic()))
@@ -335,22 +336,22 @@ async def test_outage_suspends_then_revalidates(
         client.add_listener(states.append)
         lead = Leadership(client, ZkPaths(root, "default", "orders"))
         epoch = await within(lead.campaign(), 10, "leadership")
-        lead.save_position(pos(1))
+        lead.save_checkpoint(Checkpoint(pos(1)))
         session = client.session_id
 
         await asyncio.to_thread(server.kill)
         await poll_until(lambda: not lead.valid, 5, "the lease turning invalid")
         assert "SUSPENDED" in states and not lead.lost
         with pytest.raises(CoordinationError):  # LeaseInvalidError: nothing is sent
-            lead.save_position(pos(2))
+            lead.save_checkpoint(Checkpoint(pos(2)))
         await asyncio.to_thread(server.up)
         await within(lead.wait_valid(), 15, "the lease valid again")
         assert states[states.index("SUSPENDED") :][-1] == "CONNECTED"
         assert "LOST" not in states
         assert (client.session_id, lead.epoch, lead.lost) == (session, epoch, False)
-        lead.save_position(pos(3))
+        lead.save_checkpoint(Checkpoint(pos(3)))
         assert read_epoch(client, lead.paths) == (epoch, 1)
-        assert lead.load_position() == pos(3)
+        assert lead.load_checkpoint() == Checkpoint(pos(3))
     finally:
         with suppress(Exception):
             delete_tree(server.hosts, root)
@@ -381,7 +382,7 @@ async def test_ensemble_member_restarts(
             try:
                 if not lead.valid:
                     await lead.wait_valid(timeout_s=2)
-                lead.save_position(pos(n))
+                lead.save_checkpoint(Checkpoint(pos(n)))
                 ok.append((pos(n), lead.epoch or 0))
             except LeadershipLostError as exc:
                 failures.append(type(exc).__name__)
@@ -401,7 +402,7 @@ async def test_ensemble_member_restarts(
         await within(task, 15, "the saver")
         await within(lead.wait_valid(), 15, "a valid lease")
         final = pos(10_000)
-        lead.save_position(final)
+        lead.save_checkpoint(Checkpoint(final))
         ok.append((final, lead.epoch or 0))
         assert lead.epoch is not None and lead.epoch >= first_epoch
         if "LeadershipLostError" in failures or "FencedError" in failures:
@@ -433,8 +434,8 @@ async def test_private_acl_and_digest_auth(
     await owner.start_async(timeout_s=15)
     lead = Leadership(owner, paths)
     assert await within(lead.campaign(), 10, "leadership") == 1
-    lead.save_position(pos(1))
-    assert lead.load_position() == pos(1)
+    lead.save_checkpoint(Checkpoint(pos(1)))
+    assert lead.load_checkpoint() == Checkpoint(pos(1))
     assert lead.publish_status({"lag_s": 0.5})
 
     with raw_client(zookeeper) as anonymous:
@@ -467,7 +468,7 @@ async def test_private_acl_and_digest_auth(
     await shared.start_async(timeout_s=15)
     shared_lead = Leadership(shared, readable)
     assert await within(shared_lead.campaign(), 10, "leadership") == 1
-    shared_lead.save_position(pos(2))
+    shared_lead.save_checkpoint(Checkpoint(pos(2)))
     with raw_client(zookeeper) as anonymous:
         assert read_json(anonymous, readable.position)["position"] == pos(2).to_json()
         with pytest.raises(NoAuthError):
@@ -586,12 +587,12 @@ async def test_operator_helpers_and_commands(
     assert force_set_position(operator, paths, pos(5), by="alice") == 1
     lead = Leadership(worker, paths)
     assert await within(lead.campaign(), 10, "leadership") == 2
-    assert lead.load_position() == pos(5)
+    assert lead.load_checkpoint() == Checkpoint(pos(5))
     with pytest.raises(CandidateExistsError):
         force_set_position(operator, paths, pos(6), by="alice")
     assert read_epoch(operator, paths) == (2, 2)
 
-    lead.save_position(pos(8))
+    lead.save_checkpoint(Checkpoint(pos(8)))
     assert lead.publish_status(
         {"position": str(pos(8)), "read_position": str(pos(9)), "lag_s": 1.25}
     )
@@ -678,7 +679,7 @@ async def test_schema_blob_inline_and_split(
     with raw_client(zookeeper) as kz:
         assert len(kz.get_children(paths.schema)) == 2
     assert force_set_position(client, paths, pos(5), "alice", schema=b"tiny") == 44
-    assert read_schema(client, paths) == b"tiny" and lead.load_position() == pos(5)
+    assert read_schema(client, paths) == b"tiny" and lead.load_checkpoint() == Checkpoint(pos(5))
     with raw_client(zookeeper) as kz:
         assert kz.get_children(paths.schema) == []
 

@@ -20,6 +20,7 @@ from kazoo.security import ACL, Id, Permissions
 from structlog.testing import capture_logs
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import ZookeeperConfig
 from replicad.coordination.zk import (
     CoordinationAuthError,
@@ -140,9 +141,9 @@ async def test_sasl_login_and_private_acl(
     sasl:replicad ALL; `other` (logged in over SASL) and an anonymous session are refused
     reads and writes, and replicad configured as `other` gets the typed ACL error."""
     root, paths, lead = await sasl_leader(clients, sasl_zk, "private", "orders")
-    lead.save_position(pos(1))
+    lead.save_checkpoint(Checkpoint(pos(1)))
     assert lead.publish_status({"lag_s": 0.5})
-    assert lead.load_position() == pos(1)
+    assert lead.load_checkpoint() == Checkpoint(pos(1))
 
     with raw_client(sasl_zk, sasl=("replicad", REPLICAD_PASSWORD)) as kz:
         nodes = tree(kz, root)
@@ -169,7 +170,7 @@ async def test_sasl_login_and_private_acl(
     with pytest.raises(CoordinationAuthError):
         read_pipeline_state(intruder, paths)
     # nothing moved
-    assert lead.valid and lead.load_position() == pos(1)
+    assert lead.valid and lead.load_checkpoint() == Checkpoint(pos(1))
     with raw_client(sasl_zk, sasl=("replicad", REPLICAD_PASSWORD)) as kz:
         assert kz.get(paths.epoch)[0] == b"1"
         assert len(kz.get_children(paths.election)) == 1
@@ -182,7 +183,7 @@ async def test_sasl_private_readable(
     """acl=private-readable: sasl:replicad ALL plus world READ. `other` and an anonymous
     session read the position and the candidates, and can write nothing."""
     root, paths, lead = await sasl_leader(clients, sasl_zk, "private-readable", "public")
-    lead.save_position(pos(2))
+    lead.save_checkpoint(Checkpoint(pos(2)))
     assert lead.publish_status({"lag_s": 0.0})
 
     with raw_client(sasl_zk, sasl=("replicad", REPLICAD_PASSWORD)) as kz:
@@ -255,7 +256,7 @@ async def test_enforced_sasl_server(
     replicad without credentials or with digest ones gets CoordinationAuthError saying a
     SASL login is required."""
     root, paths, lead = await sasl_leader(clients, enforcing_zk, "private", "orders")
-    lead.save_position(pos(3))
+    lead.save_checkpoint(Checkpoint(pos(3)))
     with raw_client(enforcing_zk, sasl=("replicad", REPLICAD_PASSWORD)) as kz:
         assert read_json(kz, paths.position)["position"] == pos(3).to_json()
         assert kz.get_acls(paths.position)[0] == OWNER_ONLY
@@ -279,4 +280,4 @@ async def test_enforced_sasl_server(
     )
     with pytest.raises(CoordinationAuthError, match="requires a SASL login"):
         await digest.start_async(timeout_s=15)
-    assert lead.valid and lead.load_position() == pos(3)
+    assert lead.valid and lead.load_checkpoint() == Checkpoint(pos(3))

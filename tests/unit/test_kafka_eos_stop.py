@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from replicad.binlog.changes import RowChange
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import FiltersConfig, KafkaSinkConfig
 from replicad.sinks.routing import ChangeFilter
 
@@ -93,7 +94,7 @@ async def _cancelled_inside_commit(sink: Any) -> None:
     """One batch published and marked; its commit is cancelled (the stop) while librdkafka
     commits it in the worker thread."""
     sink.publish(_row(0))
-    sink.mark(1, Position("bin.000001", 100), True)
+    sink.mark(1, Checkpoint(Position("bin.000001", 100)), True)
     committing = asyncio.ensure_future(sink._commit_batch())
     while sink.producer.state != "committing":
         await asyncio.sleep(0.001)
@@ -150,7 +151,7 @@ def test_stop_inside_a_binlog_transaction_aborts_the_batch(monkeypatch) -> None:
     sink = _sink(monkeypatch)
     producer = sink.producer
     sink.publish(_row(0))
-    sink.mark(1, Position("bin.000001", 100), True)
+    sink.mark(1, Checkpoint(Position("bin.000001", 100)), True)
     sink.publish(_row(1))  # the next binlog transaction, unfinished
 
     async def stop() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from replicad.binlog.gtid import MariaGtidPosition
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.coordination.local import LocalPositionStore, PositionStoreError
 from replicad.errors import DiskFullError
 
@@ -19,14 +20,15 @@ def test_round_trip_and_missing_file(tmp_path: Path) -> None:
     store = LocalPositionStore(tmp_path / "sub" / "pos.json", "p1")
     assert store.load() is None
     position = Position("mariadb-bin.000003", 1234, None, MariaGtidPosition.parse("0-1-9"), 5)
-    store.save(position)
-    assert store.load() == position
+    checkpoint = Checkpoint(position, '{"queue": [{"id": "s1"}]}')
+    store.save(checkpoint)
+    assert store.load() == checkpoint
     assert not list((tmp_path / "sub").glob(".*.tmp")), "no temporary file left behind"
 
 
 def test_replacement_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LocalPositionStore(tmp_path / "pos.json", "p1")
-    old = Position("b.000001", 4)
+    old = Checkpoint(Position("b.000001", 4))
     store.save(old)
 
     def failing_replace(src: str, dst: str) -> None:
@@ -34,7 +36,7 @@ def test_replacement_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(DiskFullError, match="No space left"):
-        store.save(Position("b.000001", 999))
+        store.save(Checkpoint(Position("b.000001", 999)))
     monkeypatch.undo()
     assert store.load() == old, "a failed save leaves the previous position intact"
 

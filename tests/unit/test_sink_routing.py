@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError
 
 from replicad.binlog.changes import RowChange
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import FiltersConfig, KafkaSinkConfig, load_config
 from replicad.errors import ConfigError
 from replicad.published.topics import sanitize_topic
@@ -222,10 +223,10 @@ def test_exactly_once_messages_name_their_kafka_transaction(monkeypatch) -> None
     producer = sink.producer
     sink.publish(_row(0))
     sink.publish(_row(1))
-    sink.mark(1, Position("bin.000001", 100), True)
+    sink.mark(1, Checkpoint(Position("bin.000001", 100)), True)
     asyncio.run(sink._commit_batch())
     sink.publish(_row(2))  # the same ROWS event: only the batch part changes
-    sink.mark(2, Position("bin.000001", 200), True)
+    sink.mark(2, Checkpoint(Position("bin.000001", 200)), True)
     asyncio.run(sink._commit_batch())
     assert producer.log == ["begin", "commit", "begin", "commit"]
     data = [dict(h) for t, _, h in producer.sent if t == "p.shop.users"]
@@ -247,7 +248,7 @@ def test_at_least_once_messages_have_no_batch_header(monkeypatch) -> None:
     sink = _sink_with_fake_producer(monkeypatch)
     sink.publish(_row(0))
     sink.publish(_row(1, pos=90))
-    sink.mark(1, Position("bin.000001", 100), True)
+    sink.mark(1, Checkpoint(Position("bin.000001", 100)), True)
     headers = [h for _, _, h in sink.producer.sent]
     assert [[name for name, _ in h] for h in headers] == [
         ["replicad.file", "replicad.pos", "replicad.row", "replicad.gtid"]

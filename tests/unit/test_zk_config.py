@@ -19,6 +19,7 @@ from kazoo.exceptions import (
 from kazoo.security import make_digest_acl
 
 from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
 from replicad.config import ZookeeperConfig, load_config
 from replicad.coordination.local import PositionStoreError
 from replicad.coordination.zk import (
@@ -42,9 +43,9 @@ from replicad.coordination.zk_client import (
 )
 from replicad.coordination.zk_ops import (
     SCHEMA_PART_BYTES,
+    checkpoint_from_record,
     decode_schema_node,
     parse_position_record,
-    position_from_record,
     position_record,
     schema_inline,
     schema_manifest,
@@ -224,19 +225,19 @@ def test_kazoo_errors_become_typed_errors() -> None:
 
 # ------------------------------------------------------------------------------------ shapes
 def test_position_record_round_trip() -> None:
-    position = Position("mariadb-bin.000003", 1234, row=5)
-    record = position_record(position, 7, "host:1")
+    checkpoint = Checkpoint(Position("mariadb-bin.000003", 1234, row=5), '{"queue": []}')
+    record = position_record(checkpoint, 7, "host:1")
     assert set(record) == {"position", "epoch", "ts_ms", "by"}
     assert (record["epoch"], record["by"]) == (7, "host:1")
     data = orjson.dumps(record)
     parsed = parse_position_record(data, "/p")
-    assert parsed is not None and position_from_record(parsed, "/p") == position
+    assert parsed is not None and checkpoint_from_record(parsed, "/p") == checkpoint
     assert parse_position_record(b"", "/p") is None
     for bad in (b"nope", b"[]", b'{"position": 1}'):
         with pytest.raises(CoordinationDataError):
             parse_position_record(bad, "/p")
     with pytest.raises(CoordinationDataError):
-        position_from_record({"position": {"file": "x", "pos": 1}}, "/p")
+        checkpoint_from_record({"position": {"file": "x", "pos": 1}}, "/p")
 
 
 def test_command_record_shapes() -> None:
