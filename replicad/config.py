@@ -210,7 +210,11 @@ class KafkaSinkConfig(_Strict):
     key_without_pk: Literal["null", "table", "row"] = "null"
     tombstones: bool = True  # a null-valued message after each delete (log compaction)
     headers: bool = True  # replicad.file/pos/row/gtid headers on every message
-    transaction_metadata: bool = False  # the envelope's "transaction" block (else null)
+    # Debezium's provide.transaction.metadata: the envelope's "transaction" block (else null)
+    # and BEGIN/END events on transaction_topic ("" keeps only the block).
+    transaction_metadata: bool = False
+    transaction_topic: str = "{prefix}.transaction"
+    heartbeat_topic: str = "{prefix}.heartbeat"  # with heartbeat.publish
     topics: TopicsConfig = TopicsConfig()
     # Our own limit on a message value; over it: "fail" stops the pipeline at that row,
     # "route" sends it to oversized_topic (which must accept large messages).
@@ -531,10 +535,14 @@ class MetricsConfig(_Strict):
 
 
 class HeartbeatConfig(_Strict):
-    """Writes to the primary on an interval, so the position moves while the tables replicad
-    publishes are idle or filtered out (and lag is measurable). Off unless `query` is set."""
+    """Every `interval_s`: a write to the primary (`query`, off unless set), so the position
+    moves while the tables replicad publishes are idle or filtered out (and lag is
+    measurable); and a message on the Kafka sink's `heartbeat_topic` (`publish`, off by
+    default, like Debezium's heartbeat.interval.ms) with the position read so far, so
+    consumers see the pipeline alive and their offsets move."""
 
     query: str | None = Field(None, min_length=1)  # e.g. REPLACE INTO replicad.heartbeat ...
+    publish: bool = False
     interval_s: float = Field(10.0, gt=0)
     # warn (log and metric) when the stored position's binlog file is within this many files
     # of the primary's oldest one (SHOW BINARY LOGS): it is about to be purged
@@ -801,6 +809,16 @@ class Config(_Strict):
                 "source.start",
                 "snapshot.mode initial/when_needed streams from the snapshot's own position; "
                 "source.start must stay latest",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeat_messages_need_kafka(self) -> Config:
+        if self.heartbeat.publish and self.sinks.kafka is None:
+            raise KeyedValueError(
+                "heartbeat.publish",
+                "heartbeat messages go to the Kafka sink's heartbeat_topic: configure "
+                "sinks.kafka or set heartbeat.publish: false",
             )
         return self
 

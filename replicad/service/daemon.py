@@ -179,6 +179,7 @@ class Pipeline:
         self.checkpointer: Checkpointer | None = None
         self.last_commit_read: float | None = None  # wall clock
         self._status_at = 0.0
+        self._heartbeat_at = 0.0  # monotonic time of the next heartbeat message
         # The initial and incremental snapshots (snapshot/driver.py), with their progress.
         if requests is None and config.coordination.zookeeper is None:
             requests = LocalRequests(config.coordination.local.path)
@@ -391,6 +392,8 @@ class Pipeline:
         cursor = self._cursor
         if self._in_transaction:
             cursor.skip = max(cursor.skip, cursor.delivered)
+            if self.kafka is not None:
+                self.kafka.transaction_restarts()  # its delivered rows are counted again
         log.info(
             "source_resumed",
             position=str(unit.position),
@@ -492,9 +495,13 @@ class Pipeline:
         depend on the filters. Returns how many were published."""
         cursor = self._cursor
         rows = iter(changes)
+        kafka = self.kafka if wanted else None
         while cursor.delivered < cursor.skip:  # handed over before the restart or reconnect
-            if next(rows, None) is None:
+            change = next(rows, None)
+            if change is None:
                 return 0
+            if kafka is not None:
+                kafka.skipped(change)  # still counted in the transaction's metadata
             cursor.delivered += 1
         per_mark = self._rows_per_mark
         published = 0
@@ -677,6 +684,7 @@ class Pipeline:
                     await self._hold_lease()  # a lost lease ends the pipeline
                     for sink in self.sinks:
                         await sink.maintain()
+                    await self._heartbeat_message(self.checkpointer)
                     if self.checkpointer.due():
                         self.checkpointer.checkpoint()
                     elif self.telemetry.serving:  # latencies and readiness between checkpoints
@@ -695,6 +703,22 @@ class Pipeline:
                 except Exception as exc:
                     self._tick_failure = exc  # seen before the gate lets the stream go on
                     raise
+
+    async def _heartbeat_message(self, checkpointer: Checkpointer) -> None:
+        """`heartbeat.publish`: every interval, between transactions of the stream, a
+        heartbeat message at the position read so far and a mark after it (exactly-once:
+        committed with the position record). Never during the initial snapshot, whose
+        position must not be stored before its reads are."""
+        kafka, committed = self.kafka, self.committed
+        if kafka is None or committed is None or not self.config.heartbeat.publish:
+            return
+        if not self._reading or self._in_transaction or time.monotonic() < self._heartbeat_at:
+            return
+        self._heartbeat_at = time.monotonic() + self.config.heartbeat.interval_s
+        await kafka.publish_heartbeat(committed.position)
+        checkpointer.mark(Checkpoint(committed.position, self.snapshots.progress), True)
+        if kafka.backlogged:
+            await kafka.wait_for_room()
 
     async def abandon(self) -> None:
         """Leadership is gone: drop what the sinks still hold (no delivery, no checkpoint).

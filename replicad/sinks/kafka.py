@@ -59,6 +59,7 @@ from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.producer_child import ROW_HEADER
 from replicad.sinks.producer_pool import ProducerPool
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
+from replicad.sinks.transaction_metadata import TransactionMonitor
 from replicad.sinks.value_modes import ValueMode
 
 log = structlog.get_logger("replicad.sinks.kafka")
@@ -161,10 +162,9 @@ class KafkaSink:
         self._header_parts: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]] = ([], [])
         self._paused_since: float | None = None  # reading paused by a full producer queue
         self._pause_logged = False
-        # transaction metadata (the envelope's "transaction" block)
-        self._txn_id: str | None = None
-        self._txn_total = 0
-        self._txn_per_table: dict[tuple[str, str], int] = {}
+        # transaction metadata: the envelope's "transaction" block, BEGIN and END events
+        self._transactions = TransactionMonitor()
+        self._transaction_topic = self.routing.transaction_topic
         # exactly-once state
         self._in_kafka_txn = False
         self._txn_started = 0.0
@@ -252,9 +252,11 @@ class KafkaSink:
         filtered_before, filtered_after = self.filter.rows(change)
         now_ms = int(time.time() * 1000)
         headers = self._headers(change) if self.config.headers else None
-        transaction = self._transaction_block(change) if self.config.transaction_metadata else None
+        # Snapshot reads belong to no transaction (as in Debezium): no block, no BEGIN/END.
+        metadata = self.config.transaction_metadata and change.op != "r"
         value = self.writer.value
         for op, before, after in row_messages(change):
+            transaction = self._transaction_block(change, now_ms) if metadata else None
             row = self.filter.key_row(change, before if op == "d" else after)
             key = self._key(change, routing.key(change, row))
             self._send_raw(
@@ -521,25 +523,48 @@ class KafkaSink:
             headers.append(self._batch_header)
         return headers
 
-    def _transaction_block(self, change: RowChange) -> dict[str, Any]:
-        if self._txn_id is None:
-            self._txn_id = change.gtid or f"{change.file}:{change.pos}"
-        self._txn_total += 1
-        table = (change.db, change.table)
-        order = self._txn_per_table.get(table, 0) + 1
-        self._txn_per_table[table] = order
-        return {"id": self._txn_id, "total_order": self._txn_total, "data_collection_order": order}
+    def _transaction_block(self, change: RowChange, now_ms: int) -> dict[str, Any]:
+        """The next change message's `transaction` block; its transaction's BEGIN event goes
+        out first when it is the first."""
+        block, first = self._transactions.next_message(change)
+        if first and self._transaction_topic:
+            key, value = self._transactions.begin(now_ms)
+            self._send_raw(self._transaction_topic, key, value, None)
+        return block
+
+    def skipped(self, change: RowChange) -> None:
+        """A change delivered before a restart inside its transaction, not sent again:
+        counted towards the transaction's metadata as if it were."""
+        if self.config.transaction_metadata and change.op != "r":
+            for _ in row_messages(self.values.convert(change)):
+                self._transactions.next_message(change)
+
+    def transaction_restarts(self) -> None:
+        """The transaction in flight comes again from its start (the source reconnected):
+        its rows already sent will be counted again through `skipped`."""
+        self._transactions.reset()
+
+    async def publish_heartbeat(self, position: Position) -> None:
+        """A heartbeat message (`heartbeat.publish`): keyed by the topic prefix, with the
+        source position read so far, so consumers see the pipeline alive and offsets move
+        while the tables are idle or filtered out."""
+        topic = self.routing.heartbeat_topic
+        await self.topics.ensure(topic)
+        key = dumps({"serverName": self.routing.names.prefix})
+        value = {"ts_ms": int(time.time() * 1000), "source": position.to_json()}
+        self._send_raw(topic, key, dumps(value), None)
 
     # ------------------------------------------------------------------ marks and acks
 
     def mark(self, seq: int, checkpoint: Checkpoint, transaction_end: bool) -> None:
         if self._fatal is not None:
             raise self._fatal
+        if transaction_end and self.config.transaction_metadata:
+            end = self._transactions.end(int(time.time() * 1000))
+            if end is not None and self._transaction_topic:
+                self._send_raw(self._transaction_topic, *end, None)
         self.tracker.close(seq, checkpoint.position)
         self._since_mark = 0
-        if transaction_end:
-            self._txn_id, self._txn_total = None, 0
-            self._txn_per_table.clear()
         if self.exactly_once:
             self._last_mark = (seq, checkpoint)
             self._marks_in_batch += 1

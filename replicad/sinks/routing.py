@@ -222,6 +222,10 @@ class KafkaRouting:
         self.oversized_topic = self.names.expand(config.oversized_topic)
         self.positions_topic = self.names.expand(config.positions_topic)
         self.schema_topic = self.names.expand(config.schema_topic) if config.schema_topic else ""
+        self.transaction_topic = (
+            self.names.expand(config.transaction_topic) if config.transaction_topic else ""
+        )
+        self.heartbeat_topic = self.names.expand(config.heartbeat_topic)
         self.topic("db", "table")  # a bad template fails at start, not at the first row
 
     def topic(self, db: str, table: str) -> str:
