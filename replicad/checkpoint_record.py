@@ -1,6 +1,6 @@
 """The checkpoint record: what a pipeline stores to resume (docs/architecture.md, "Positions
-and delivery") — the binlog position after the last delivered change, and the progress of the
-incremental snapshots running beside the stream.
+and delivery") — the binlog position after the last delivered change, the progress of the
+incremental snapshots running beside the stream, and how far the Kafka signal topic was read.
 
 Snapshot progress travels here rather than in binlog's `Position` because it is the pipeline's
 state, not the binary log's: it becomes durable exactly when the reads published before the
@@ -9,7 +9,8 @@ records and stores them; this module sits below `sinks/` and `coordination/` bec
 persist them (the exactly-once Kafka record, ZooKeeper and the local file).
 
 The JSON is the position record of earlier versions (`Position.to_json` with an optional
-`"snapshot"` string), so stored positions stay readable in both directions.
+`"snapshot"` string, and `"signal_offset"` where signals come through Kafka), so stored
+positions stay readable in both directions.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class Checkpoint:
     position: Position
     # Incremental snapshot progress (JSON, replicad/snapshot/incremental.py); None: none runs.
     snapshot: str | None = None
+    # The offset of the next message to read in the signal topic (signals.kafka): signals
+    # before it were applied, their effect is in `snapshot`. None: no Kafka signals.
+    signal_offset: int | None = None
 
     def with_row(self, row: int) -> Checkpoint:
         return replace(self, position=self.position.with_row(row))
@@ -34,6 +38,8 @@ class Checkpoint:
         out = self.position.to_json()
         if self.snapshot is not None:
             out["snapshot"] = self.snapshot
+        if self.signal_offset is not None:
+            out["signal_offset"] = self.signal_offset
         return out
 
     @classmethod
@@ -42,7 +48,12 @@ class Checkpoint:
         snapshot = data.get("snapshot")
         if snapshot is not None and not isinstance(snapshot, str):
             raise InvalidPositionError("position record snapshot must be a string", value=data)
-        return cls(position, snapshot)
+        offset = data.get("signal_offset")
+        if offset is not None and (not isinstance(offset, int) or offset < 0):
+            raise InvalidPositionError(
+                "position record signal_offset must be an offset (integer >= 0)", value=data
+            )
+        return cls(position, snapshot, offset)
 
     def __str__(self) -> str:  # logs and errors name the binlog position only
         return str(self.position)

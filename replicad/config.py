@@ -550,6 +550,18 @@ class HeartbeatConfig(_Strict):
     retention_check_s: float = Field(60.0, gt=0)
 
 
+class KafkaSignalsConfig(_Strict):
+    """Signals through a Kafka topic (Debezium's `signal.kafka.topic`, docs/snapshots.md):
+    read by the leader with the Kafka sink's brokers and security settings; a message counts
+    when its key is the topic prefix (`sinks.kafka.prefix`, the pipeline name by default)."""
+
+    topic: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class SignalsConfig(_Strict):
+    kafka: KafkaSignalsConfig | None = None
+
+
 class RelayRetentionConfig(_Strict):
     """When a sealed segment that every checkpoint has passed may go: once older than
     `keep_s` (kept as an archive for the Spark pipeline meanwhile), or at once while the
@@ -795,6 +807,7 @@ class Config(_Strict):
     log: LogConfig = LogConfig()
     metrics: MetricsConfig = MetricsConfig()
     heartbeat: HeartbeatConfig = HeartbeatConfig()
+    signals: SignalsConfig = SignalsConfig()
     relay: RelayConfig = RelayConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
     spark: SparkConfig = SparkConfig()
@@ -809,6 +822,16 @@ class Config(_Strict):
                 "source.start",
                 "snapshot.mode initial/when_needed streams from the snapshot's own position; "
                 "source.start must stay latest",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kafka_signals_need_kafka(self) -> Config:
+        if self.signals.kafka is not None and self.sinks.kafka is None:
+            raise KeyedValueError(
+                "signals.kafka",
+                "signals through Kafka are read from the Kafka sink's brokers: configure "
+                "sinks.kafka or remove signals.kafka",
             )
         return self
 

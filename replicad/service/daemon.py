@@ -52,6 +52,7 @@ from replicad.relay.stream import RelayedStream
 from replicad.service import producer_process
 from replicad.service.checkpoint import Checkpointer
 from replicad.service.heartbeat import FileClock, heartbeat_writes, retention_checks
+from replicad.service.kafka_signals import KafkaSignals, RequestSources
 from replicad.service.telemetry import Telemetry
 from replicad.sinks.base import EventSink, Sink
 from replicad.sinks.kafka import KafkaSink
@@ -183,13 +184,15 @@ class Pipeline:
         # The initial and incremental snapshots (snapshot/driver.py), with their progress.
         if requests is None and config.coordination.zookeeper is None:
             requests = LocalRequests(config.coordination.local.path)
+        self.signals = None if config.signals.kafka is None else KafkaSignals(config)
+        sources = requests if self.signals is None else RequestSources(requests, self.signals)
         self.snapshots = SnapshotDriver(
             config,
             password,
             includes=self.filter.includes,
             publish=self._publish_read,
             leading=lambda: self.lease is None or self.lease.valid,
-            requests=requests,
+            requests=sources,
         )
         # Counters, lag and acknowledgements for the metrics and /readyz (service/progress.py):
         # plain integers, so that no prometheus-client call sits on the per-row path.
@@ -238,7 +241,7 @@ class Pipeline:
                 stored = None
         if stored is None and self.config.snapshot.mode != "never":
             position, self.history = await self.snapshots.open_initial()
-            return Checkpoint(position, self.snapshots.progress)
+            return self._checkpoint(position)
         if stored is not None:
             log.info("position_loaded", position=str(stored))
             self.snapshots.resume(stored.snapshot)  # incremental snapshots in progress
@@ -280,7 +283,13 @@ class Pipeline:
                 note="events before later DDL may decode with today's columns",
             )
         log.info("position_initial", position=str(position), start=str(self.config.source.start))
-        return Checkpoint(position)
+        return self._checkpoint(position)
+
+    def _checkpoint(self, position: Position) -> Checkpoint:
+        """The checkpoint record of a mark at `position`, with the snapshot progress and the
+        signal topic's offset as they are now."""
+        signal_offset = None if self.signals is None else self.signals.next_offset
+        return Checkpoint(position, self.snapshots.progress, signal_offset)
 
     @property
     def snapshot_progress(self) -> list[TableProgress]:
@@ -310,6 +319,8 @@ class Pipeline:
 
     async def run(self) -> None:
         self.committed = await self.resolve_start()
+        if self.signals is not None:  # signals before the stored offset were applied
+            self.signals.start_at(self.committed.signal_offset)
         checkpointer = self.checkpointer = Checkpointer(
             self.sinks,
             self.store,
@@ -539,7 +550,7 @@ class Pipeline:
         checkpoint record: durable exactly when the reads before it are acknowledged."""
         self.last_commit_read = time.time()
         self.history.commit(end)
-        committed = Checkpoint(end, self.snapshots.progress)
+        committed = self._checkpoint(end)
         self.progress.transaction_read(checkpointer.mark(committed, True), commit_ts)
         self.committed = committed
         self._in_transaction = False
@@ -648,6 +659,7 @@ class Pipeline:
             "rows": self.rows,
             "snapshot": initial,
             "incremental": incremental,
+            "signals": None if self.signals is None else list(self.signals.recent),
             "updated_ms": int(time.time() * 1000),
         }
 
@@ -716,7 +728,7 @@ class Pipeline:
             return
         self._heartbeat_at = time.monotonic() + self.config.heartbeat.interval_s
         await kafka.publish_heartbeat(committed.position)
-        checkpointer.mark(Checkpoint(committed.position, self.snapshots.progress), True)
+        checkpointer.mark(self._checkpoint(committed.position), True)
         if kafka.backlogged:
             await kafka.wait_for_room()
 
@@ -732,6 +744,8 @@ class Pipeline:
         for sink in self.sinks:  # first: closing the source connection may take a while
             sink.abandon()
         await self.snapshots.close()
+        if self.signals is not None:
+            self.signals.close()
         await self.stream.close()
 
     async def close(self, failed: bool = False, drain_s: float | None = None) -> None:
@@ -740,6 +754,8 @@ class Pipeline:
         acknowledged position. After a failure only what was already handed over settles;
         nothing new is sent."""
         await self.snapshots.close()
+        if self.signals is not None:
+            self.signals.close()
         await self.stream.close()
         try:
             if drain_s is None:

@@ -76,6 +76,7 @@ def snapshot_status(config: Config) -> dict[str, Any]:
             "running": running,
             "incremental": status.get("incremental") if running else None,
             "initial": status.get("snapshot") if running else None,
+            "signals": status.get("signals") if running else None,
             "waiting": waiting,
             "completed": inbox.done(),
         }
@@ -87,6 +88,7 @@ def snapshot_status(config: Config) -> dict[str, Any]:
         "running": bool(state.get("leader")),
         "incremental": state.get("incremental"),
         "initial": state.get("snapshot"),
+        "signals": state.get("signals"),
         "waiting": [
             {"id": c["id"], "op": c["op"], **(c.get("args") or {})}
             for c in state.get("pending_commands") or []
@@ -99,6 +101,8 @@ def snapshot_status(config: Config) -> dict[str, Any]:
 def render_snapshot_status(status: dict[str, Any]) -> str:
     lines = [f"pipeline {status['pipeline']}  ({'running' if status['running'] else 'stopped'})"]
     incremental = status.get("incremental") or {}
+    if incremental.get("paused"):
+        lines.append("  paused    (pause-snapshot: no new chunk until resume-snapshot)")
     active = incremental.get("active")
     if active:
         request = active["request"]
@@ -118,6 +122,9 @@ def render_snapshot_status(status: dict[str, Any]) -> str:
             f"  {done['state']:<9} {done['id']} {done['table']}: {done['rows']} rows, "
             f"{done['chunks']} chunks{error}"
         )
+    for signal in status.get("signals") or []:
+        error = f": {signal['error']}" if signal.get("error") else ""
+        lines.append(f"  signal    {signal['id']} {signal['op']} {signal['state']}{error}")
     if len(lines) == 1:
         lines.append("  no snapshot requested")
     return "\n".join(lines)

@@ -64,6 +64,7 @@ def zk_pipeline_status(state: dict[str, Any]) -> dict[str, Any]:
         "lag_s": state.get("lag_s"),
         "snapshot": status.get("snapshot"),
         "incremental": status.get("incremental"),
+        "signals": status.get("signals"),
         "last_error": state.get("last_error"),
         "pending_commands": state.get("pending_commands") or [],
     }

@@ -46,6 +46,14 @@ from replicad.source.stream import ServerInfo, connect_retrying, server_info
 log = structlog.get_logger("replicad.snapshot")
 
 REQUESTS_EVERY_S = 1.0  # how often the operator's request queue is read
+# Requests applied at once (by op), completed at the next pass with {"snapshot": <word>}; no
+# snapshot request id is one of these words.
+APPLIED_AT_ONCE = {
+    "snapshot-cancel": "cancel",
+    "snapshot-pause": "pause",
+    "snapshot-resume": "resume",
+    "log": "log",
+}
 
 
 class OperatorRequest(Protocol):
@@ -398,6 +406,8 @@ class SnapshotDriver:
             return
         if self._state.window is not None or self._stopping or not self._leading():
             return
+        if self._state.paused:
+            return
         request = self._state.next_table()
         if request is None:
             return
@@ -479,20 +489,34 @@ class SnapshotDriver:
         for request in self._requests.pending():
             taken = self._taken.get(request.id)
             if taken is not None:
-                if taken == "cancel" or f'"{taken}"' in durable:
+                if taken in APPLIED_AT_ONCE.values() or f'"{taken}"' in durable:
                     self._requests.complete(request.id, "applied", {"snapshot": taken})
                     del self._taken[request.id]
                 continue
-            if request.op == "snapshot-cancel":
-                cancelled = self._state.cancel(request.args.get("id"))
-                log.info("snapshot_cancelled", requests=cancelled)
-                self._taken[request.id] = "cancel"
-            elif request.op == "snapshot":
+            if request.op == "snapshot":
                 if not self._take(request):
                     continue
-            else:
+            elif not self._apply_control(request):
                 continue  # not ours (position set is the inbox's other use)
             self.progress = self._state.progress()
+
+    def _apply_control(self, request: OperatorRequest) -> bool:
+        """Cancel, pause, resume or log (CLI or signal): applied at once, completed at the
+        next pass. False: not a snapshot control request."""
+        op, args = request.op, request.args
+        if op == "snapshot-cancel":
+            cancelled = self._state.cancel(args.get("id"), args.get("tables"))
+            log.info("snapshot_cancelled", request=request.id, requests=cancelled)
+        elif op in ("snapshot-pause", "snapshot-resume"):
+            self._state.paused = op == "snapshot-pause"
+            event = "snapshot_paused" if self._state.paused else "snapshot_resumed"
+            log.info(event, request=request.id)
+        elif op == "log":
+            log.info("signal_log", request=request.id, message=args.get("message"))
+        else:
+            return False
+        self._taken[request.id] = APPLIED_AT_ONCE[op]
+        return True
 
     def _take(self, request: OperatorRequest) -> bool:
         """Queue a snapshot request, or reject it (False)."""

@@ -179,8 +179,11 @@ class IncrementalSnapshots:
         self.active: Active | None = None
         self.finished: list[Finished] = []
         self.window: Window | None = None
+        # pause-snapshot: no new window opens until resume-snapshot (stored with the rest)
+        self.paused = False
         if progress:
             data = orjson.loads(progress)
+            self.paused = bool(data.get("paused", False))
             self.queue = [SnapshotRequest.from_json(r) for r in data.get("queue", [])]
             if data.get("active"):
                 active = data["active"]
@@ -232,16 +235,23 @@ class IncrementalSnapshots:
             self.active = Active(self.queue.pop(0))
         return None if self.active is None else self.active.request
 
-    def cancel(self, request_id: str | None) -> list[str]:
-        """Cancel one request (or all with None); returns the ids cancelled."""
+    def cancel(self, request_id: str | None, tables: Sequence[str] | None = None) -> list[str]:
+        """Cancel one request, or those of `tables` ("db.table"), or all (both None);
+        returns the ids cancelled."""
+
+        def chosen(request: SnapshotRequest) -> bool:
+            if tables is not None:
+                return request.table in tables
+            return request_id is None or request.id == request_id
+
         cancelled = []
         for request in list(self.queue):
-            if request_id is None or request.id == request_id:
+            if chosen(request):
                 self.queue.remove(request)
                 self._finish(request, "cancelled", 0, 0)
                 cancelled.append(request.id)
         active = self.active
-        if active is not None and (request_id is None or active.request.id == request_id):
+        if active is not None and chosen(active.request):
             self._finish(active.request, "cancelled", active.rows, active.chunks)
             cancelled.append(active.request.id)
             self.active = None
@@ -264,16 +274,17 @@ class IncrementalSnapshots:
         del self.finished[:-MAX_FINISHED]
 
     def progress(self) -> str | None:
-        """What the stored position keeps (None: nothing queued, active or finished)."""
-        if self.active is None and not self.queue and not self.finished:
+        """What the stored position keeps (None: nothing queued, active, finished or paused)."""
+        if self.active is None and not self.queue and not self.finished and not self.paused:
             return None
-        return orjson.dumps(
-            {
-                "queue": [r.to_json() for r in self.queue],
-                "active": None if self.active is None else self.active.to_json(),
-                "finished": [f.to_json() for f in self.finished],
-            }
-        ).decode()
+        data: dict[str, Any] = {
+            "queue": [r.to_json() for r in self.queue],
+            "active": None if self.active is None else self.active.to_json(),
+            "finished": [f.to_json() for f in self.finished],
+        }
+        if self.paused:
+            data["paused"] = True
+        return orjson.dumps(data).decode()
 
     def status(self) -> dict[str, Any]:
         active = None
@@ -281,6 +292,7 @@ class IncrementalSnapshots:
             active = {**self.active.to_json(), "rows_per_s": self.active.rate()}
         return {
             "active": active,
+            "paused": self.paused,
             "queued": [r.to_json() for r in self.queue],
             "finished": [f.to_json() for f in self.finished],
         }

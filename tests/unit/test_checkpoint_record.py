@@ -51,3 +51,14 @@ def test_a_row_mark_keeps_the_progress() -> None:
 def test_a_progress_that_is_not_text_is_refused() -> None:
     with pytest.raises(InvalidPositionError, match="snapshot must be a string"):
         Checkpoint.from_json({"file": "binlog.000007", "pos": 4, "snapshot": {"queue": []}})
+
+
+def test_the_signal_offset_rides_along_and_is_checked() -> None:
+    checkpoint = Checkpoint(Position("binlog.000007", 1234), PROGRESS, 42)
+    record = checkpoint.to_json()
+    assert record["signal_offset"] == 42
+    assert Checkpoint.from_json(record) == checkpoint
+    assert checkpoint.with_row(5).signal_offset == 42
+    for bad in (-1, "42", 4.2):
+        with pytest.raises(InvalidPositionError, match="signal_offset"):
+            Checkpoint.from_json({"file": "binlog.000007", "pos": 4, "signal_offset": bad})

@@ -263,3 +263,52 @@ async def test_nothing_to_show_without_snapshots() -> None:
     assert driver.status() == (None, None)
     assert not driver.initial_open
     assert await driver.seen("d", "t", [update(1, 2)])
+
+
+@pytest.mark.asyncio
+async def test_a_pause_holds_the_next_window_until_resumed_and_is_stored() -> None:
+    reader = FakeReader([{"id": i, "v": 0} for i in range(1, 7)])
+    inbox = Inbox(("op1", "snapshot", {"table": "d.t", "chunk_rows": 2}))
+    driver, published = make(inbox, reader)
+    driver.tick(None)
+    await settle()
+    inbox.requests.append(Request("p1", "snapshot-pause", {}))
+    driver.tick(None)
+    await emit_chunk(driver, reader.windows[0], 100)  # the window in flight ends
+    driver.tick(None)
+    await settle()
+    assert len(reader.windows) == 1 and len(published) == 2
+    assert inbox.completed["p1"] == ("applied", {"snapshot": "pause"})
+    paused = driver.progress
+    assert paused is not None and orjson.loads(paused)["paused"] is True
+    # A new leader resuming this progress stays paused.
+    other, _ = make(Inbox(), FakeReader([]))
+    other.resume(paused)
+    other.tick(None)
+    await settle()
+    _, status = other.status()
+    assert status is not None and status["paused"] is True
+    inbox.requests.append(Request("r1", "snapshot-resume", {}))
+    driver.tick(None)
+    await settle()
+    assert len(reader.windows) == 2, "resumed: the next window opens"
+    assert "paused" not in orjson.loads(driver.progress or "{}")
+
+
+@pytest.mark.asyncio
+async def test_a_stop_names_tables_and_leaves_the_others() -> None:
+    reader = FakeReader([{"id": 1, "v": 0}])
+    inbox = Inbox(
+        ("a", "snapshot", {"table": "d.t"}),
+        ("b", "snapshot", {"table": "d.u"}),
+        ("c", "snapshot", {"table": "d.v"}),
+    )
+    driver, _ = make(inbox, reader)
+    driver.tick(None)
+    await settle()
+    inbox.requests.append(Request("s", "snapshot-cancel", {"tables": ["d.t", "d.v"]}))
+    driver.tick(None)
+    _, status = driver.status()
+    assert status is not None
+    assert {f["id"]: f["state"] for f in status["finished"]} == {"a": "cancelled", "c": "cancelled"}
+    assert status["active"]["request"]["id"] == "b"
