@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.helpers.daemon_process import wait_for
+from tests.helpers.ha import HaReplicad
 from tests.helpers.kafka_helpers import consume_all, create_topics
 from tests.helpers.kafka_run import BackgroundWriter, KafkaReplicad, wait_caught_up
 
@@ -28,9 +29,11 @@ from .test_incremental_snapshot import (
     BigTableWorkload,
     _big_table,
     _chunk_reads,
+    _create_signal,
     _fold,
     _selected,
     _signal_yaml,
+    _zk_position,
 )
 
 pytestmark = pytest.mark.integration
@@ -164,3 +167,71 @@ def test_a_snapshot_driven_through_the_signal_topic(db, kafka, tmp_path) -> None
     replicad.stop(signal.SIGTERM)
     assert len(_chunk_reads(replicad)) == chunks, "no snapshot read a second time"
     assert replicad.count("signal_received") == received, "no signal read a second time"
+
+
+def test_a_signal_is_applied_once_across_a_failover(
+    db, kafka, zookeeper, zk_root, tmp_path
+) -> None:
+    """Under ZooKeeper: the leader applies a snapshot signal and a log signal and stores the
+    offset after them with the progress; SIGKILLed, the standby takes over from that
+    checkpoint and reads neither again (it reads the signal sent after the kill)."""
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE small (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO small SELECT seq, seq FROM seq_1_to_2000")
+        _create_signal(cur, name)
+    pipeline = f"sz{uuid.uuid4().hex[:6]}"
+    prefix = f"sz{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.signals"
+    create_topics(kafka, [topic])
+    zk_port = int(zookeeper.rsplit(":", 1)[1])
+    workers = [
+        HaReplicad(
+            tmp_path,
+            f"w{i}",
+            zk_port,
+            zk_root,
+            server_id=7402,
+            prefix=prefix,
+            kafka=kafka,
+            pipeline=pipeline,
+            db=name,
+            extra_yaml=_signal_yaml(name) + f"signals: {{kafka: {{topic: {topic}}}}}\n",
+        )
+        for i in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    wait_for(lambda: any(w.count("leading") for w in workers), 60, "a leader")
+    leader = next(w for w in workers if w.count("leading"))
+    standby = next(w for w in workers if w is not leader)
+    _send(kafka, topic, prefix, {"type": "log", "data": {"message": "before the kill"}})
+    _send(
+        kafka,
+        topic,
+        prefix,
+        {"type": "execute-snapshot", "data": {"data-collections": [f"{name}.small"]}},
+    )
+
+    def stored() -> dict:
+        return _zk_position(zookeeper, zk_root, pipeline) or {}
+
+    def done(position: dict) -> bool:
+        finished = json.loads(position.get("snapshot") or "{}").get("finished") or []
+        return any(f["table"] == f"{name}.small" and f["state"] == "done" for f in finished)
+
+    wait_for(lambda: done(stored()) and stored().get("signal_offset") == 2, 60, "stored")
+    leader.proc.send_signal(signal.SIGKILL)
+    leader.proc.wait(30)
+    wait_for(lambda: standby.count("leading") > 0, 60, "the standby to lead")
+    _send(kafka, topic, prefix, {"type": "log", "data": {"message": "after the kill"}})
+    wait_for(
+        lambda: any(e.get("message") == "after the kill" for e in standby.log_events()),
+        60,
+        "the new leader to read the new signal",
+    )
+    assert standby.stop() == 0
+    messages = [e.get("message") for e in standby.log_events() if e.get("event") == "signal_log"]
+    assert messages == ["after the kill"], messages
+    assert standby.count("snapshot_request_started") == 0, "the snapshot was not run again"
+    assert stored().get("signal_offset") == 3
