@@ -703,6 +703,7 @@ class Pipeline:
                         self.checkpointer.observe()
                     stored = self.checkpointer.stored
                     self.snapshots.tick(None if stored is None else stored.snapshot)
+                    self._mark_quiet_change(self.checkpointer)
                     if isinstance(self.stream, RelayedStream):
                         self.stream.maintain(self.stored_position)  # fsync, retention
                     if self.inbox is not None and self.command is None:
@@ -715,6 +716,18 @@ class Pipeline:
                 except Exception as exc:
                     self._tick_failure = exc  # seen before the gate lets the stream go on
                     raise
+
+    def _mark_quiet_change(self, checkpointer: Checkpointer) -> None:
+        """Requests and signals taken between transactions change the snapshot progress or
+        the signal offset with no transaction to carry them: a mark at the position read
+        does, so that they are stored (a signal applied once) on a quiet source too."""
+        committed = self.committed
+        if committed is None or not self._reading or self._in_transaction:
+            return
+        now = self._checkpoint(committed.position)
+        if now != committed:
+            checkpointer.mark(now, True)
+            self.committed = now
 
     async def _heartbeat_message(self, checkpointer: Checkpointer) -> None:
         """`heartbeat.publish`: every interval, between transactions of the stream, a
