@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,7 +207,10 @@ def _forget_stale_namespaces() -> None:
 
 @pytest.fixture
 def netns() -> Iterator[Callable[[], NetNs]]:
-    """Makes namespaces for the test; all of them are removed afterwards, pass or fail."""
+    """Makes namespaces for the test; all of them are removed afterwards, pass or fail.
+    Skips where they cannot be made (not root, no iproute2)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2 (`ip netns`)")
     made: list[NetNs] = []
 
     def make() -> NetNs:
