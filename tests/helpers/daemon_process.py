@@ -80,6 +80,8 @@ class DaemonProcess:
             + extra_yaml
         )
         self.proc: subprocess.Popen[bytes] | None = None
+        # Run before the command, e.g. `ip netns exec NAME` (tests/helpers/netns.py).
+        self.command_prefix: list[str] = []
 
     @property
     def env(self) -> dict[str, str]:
@@ -95,9 +97,10 @@ class DaemonProcess:
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start `replicad run` without waiting for anything (its log goes to `err`)."""
+        command = [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)]
         with self.err.open("ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicad.cli", "run", "-c", str(self.config)],
+                [*self.command_prefix, *command],
                 cwd=ROOT,
                 env=self.env,
                 stdout=subprocess.DEVNULL,
