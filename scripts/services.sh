@@ -442,7 +442,7 @@ registry_up() {
     log "port $REGISTRY_PORT is taken by a process this script did not start"; return 1
   fi
   start_daemon "$registry_dir/registry.pid" "$registry_dir/registry.log" java -Xms64m \
-    "-Xmx${REPLICAD_REGISTRY_HEAP:-384m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Dquarkus.http.host=127.0.0.1 "-Dquarkus.http.port=$REGISTRY_PORT" \
     -Dquarkus.log.level=WARN -jar "$REGISTRY_JAR"
   if ! wait_for 60 registry_ready || ! pid_alive "$registry_dir/registry.pid" apicurio-registry-replicad; then
