@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (if missing) and starts the servers the tests need, on 127.0.0.1, idempotently.
-#   scripts/services.sh up [service ...]       install + start (default: every service)
+#   scripts/services.sh up [service ...]       install + start (default: every service but
+#                                              those started on request only, below)
 #   scripts/services.sh down [service ...]     stop what this script started (default: all)
 #   scripts/services.sh status [service ...]
 #   scripts/services.sh zk-instance up|down|kill <dir> <client port>
@@ -35,7 +36,8 @@
 #       base+9+N; without members, the action is on all three; down stops them all at once
 # Services: mariadb, mysql (MySQL 9.7 in a Debian sid chroot, 3307: scripts/services-mysql.sh),
 # kafka (Apache Kafka 4.4 from Maven Central, KRaft, 9092 + controller
-# 9093), zookeeper, redis, mosquitto.
+# 9093), zookeeper, redis, mosquitto; on request only: registry (Apicurio Registry 2.4 with
+# its Confluent-compatible API, in memory, 8091: scripts/registry/).
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
 # A private MariaDB for a replication chain (tests/faults/test_promoted_replica.py):
 # REPLICAD_MARIADB_SERVER_ID (default 1) and REPLICAD_MARIADB_LOG_SLAVE_UPDATES (default OFF;
@@ -51,7 +53,10 @@ KAFKA_PORT=${REPLICAD_KAFKA_PORT:-9092}
 ZK_PORT=${REPLICAD_ZK_PORT:-2181}
 REDIS_PORT=${REPLICAD_REDIS_PORT:-6390}  # not 6379: a Redis of someone else's may listen there
 MQTT_PORT=${REPLICAD_MQTT_PORT:-1890}  # not 1883, likewise
+REGISTRY_PORT=${REPLICAD_REGISTRY_PORT:-8091}  # not 8080/8081, the usual registry ports
 ALL_SERVICES=(mariadb mysql kafka zookeeper redis mosquitto)
+# Started only when named (`up registry`), stopped by a plain `down` too.
+ON_REQUEST_SERVICES=(registry)
 
 # shellcheck source=scripts/services-common.sh
 . "$ROOT/scripts/services-common.sh"
@@ -388,6 +393,74 @@ spark_jars_fetch() { # the jars, fetched again only when the pom changes
     return 1
   fi
   touch "$stamp"
+}
+
+# ---------------------------------------------------------------- schema registry
+# Apicurio Registry 2.4.2 (Confluent-compatible API under /apis/ccompat/v7, in-memory H2
+# storage: every start is empty), built once per change of scripts/registry/ into
+# $REGISTRY_DIST: Maven Central serves its app module only as a plain jar, so `mvn package`
+# runs Quarkus's build over it (~40 s with a warm ~/.m2). Not in the
+# default `up`: only the Avro tests need it (its JVM is up in ~4 s, ~160 MB resident).
+REGISTRY_SRC="$ROOT/scripts/registry"
+REGISTRY_DIST="$STATE/registry-dist"
+REGISTRY_JAR="$REGISTRY_DIST/build/apicurio-registry-replicad-1-runner.jar"
+registry_dir="$STATE/registry"
+
+registry_fetch() { # the runnable registry, built again only when scripts/registry/ changes
+  local stamp out
+  stamp="$REGISTRY_DIST/.built-$(find "$REGISTRY_SRC" -type f -not -path '*/target/*' -print0 \
+    | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-12)"
+  [ -f "$stamp" ] && [ -f "$REGISTRY_JAR" ] && return 0
+  # A JDK, not a JRE: scripts/registry/src has one class to compile.
+  command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
+  command -v mvn >/dev/null || apt_install maven
+  log "building Apicurio Registry 2.4.2.Final (scripts/registry/pom.xml) from Maven Central"
+  rm -rf "$REGISTRY_DIST"; mkdir -p "$REGISTRY_DIST"
+  # REPLICAD_MAVEN_ARGS: options for mvn (a mirror, a proxy, -o), word-split on purpose.
+  # shellcheck disable=SC2086
+  if ! out=$(mvn -q -B ${REPLICAD_MAVEN_ARGS:-} -f "$REGISTRY_SRC/pom.xml" package \
+      -Dregistry.build.dir="$REGISTRY_DIST/build" 2>&1) || [ ! -f "$REGISTRY_JAR" ]; then
+    log "cannot build the schema registry from Maven Central: $(printf '%s\n' "$out" \
+      | sed 's/\x1b\[[0-9;]*m//g' | grep -m1 -E 'ERROR|Could not' | sed 's/^\[ERROR\] *//')"
+    return 1
+  fi
+  touch "$stamp"
+}
+
+registry_ready() { # the Confluent-compatible API answers
+  curl -sf "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects" >/dev/null
+}
+
+registry_up() {
+  registry_fetch
+  mkdir -p "$registry_dir"
+  if pid_alive "$registry_dir/registry.pid" apicurio-registry-replicad && registry_ready; then
+    log "registry already up on $REGISTRY_PORT"; return 0
+  fi
+  rm -f "$registry_dir/registry.pid"
+  if tcp_open "$REGISTRY_PORT"; then
+    log "port $REGISTRY_PORT is taken by a process this script did not start"; return 1
+  fi
+  start_daemon "$registry_dir/registry.pid" "$registry_dir/registry.log" java -Xms64m \
+    -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dquarkus.http.host=127.0.0.1 "-Dquarkus.http.port=$REGISTRY_PORT" \
+    -Dquarkus.log.level=WARN -jar "$REGISTRY_JAR"
+  if ! wait_for 60 registry_ready || ! pid_alive "$registry_dir/registry.pid" apicurio-registry-replicad; then
+    log "registry on $REGISTRY_PORT did not start; see $registry_dir/registry.log"
+    tail -20 "$registry_dir/registry.log" >&2; return 1
+  fi
+  log "registry up on http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7 (Apicurio, in memory)"
+}
+
+registry_down() {
+  stop_pid "$registry_dir/registry.pid" apicurio-registry-replicad registry 20 "$registry_dir/registry.log"
+  log "registry down"
+}
+
+registry_status() {
+  if pid_alive "$registry_dir/registry.pid" apicurio-registry-replicad && registry_ready; then
+    echo "registry: up ($REGISTRY_PORT, pid $(cat "$registry_dir/registry.pid"))"
+  else echo "registry: down"; fi
 }
 
 # ---------------------------------------------------------------- ZooKeeper
@@ -744,16 +817,18 @@ case ${1:-} in
   mosquitto-instance) shift; mosquitto_instance_cmd "$@"; exit 0 ;;
 esac
 cmd=${1:-up}; shift || true
+KNOWN_SERVICES=("${ALL_SERVICES[@]}" "${ON_REQUEST_SERVICES[@]}")
 wanted=" $* "; [ $# -eq 0 ] && wanted=" ${ALL_SERVICES[*]} "
+[ $# -eq 0 ] && [ "$cmd" != up ] && wanted=" ${KNOWN_SERVICES[*]} "
 for svc in "$@"; do
-  case " ${ALL_SERVICES[*]} " in
+  case " ${KNOWN_SERVICES[*]} " in
     *" $svc "*) ;;
-    *) echo "unknown service: $svc (known: ${ALL_SERVICES[*]})" >&2; exit 2 ;;
+    *) echo "unknown service: $svc (known: ${KNOWN_SERVICES[*]})" >&2; exit 2 ;;
   esac
 done
-# In ALL_SERVICES order, whatever the order asked; `down` in reverse.
+# In KNOWN_SERVICES order, whatever the order asked; `down` in reverse.
 services=()
-for svc in "${ALL_SERVICES[@]}"; do
+for svc in "${KNOWN_SERVICES[@]}"; do
   case "$wanted" in *" $svc "*) ;; *) continue ;; esac
   if [ "$cmd" = down ]; then services=("$svc" "${services[@]}"); else services+=("$svc"); fi
 done

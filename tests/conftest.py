@@ -24,6 +24,7 @@ from tests.helpers.mariadb import MARIADB_PORT, connect_root
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_PORT = int(os.environ.get("REPLICAD_KAFKA_PORT", "9092"))
 ZK_PORT = int(os.environ.get("REPLICAD_ZK_PORT", "2181"))
+REGISTRY_PORT = int(os.environ.get("REPLICAD_REGISTRY_PORT", "8091"))
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +45,14 @@ def kafka() -> str:
     """Make sure the shared Apache Kafka broker is up; its bootstrap string."""
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "kafka"], check=True)
     return f"127.0.0.1:{KAFKA_PORT}"
+
+
+@pytest.fixture(scope="session")
+def registry() -> str:
+    """Make sure the schema registry (Apicurio, in memory) is up; the base URL of its
+    Confluent-compatible API, for confluent-kafka's SchemaRegistryClient."""
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "registry"], check=True)
+    return f"http://127.0.0.1:{REGISTRY_PORT}/apis/ccompat/v7"
 
 
 @pytest.fixture(scope="session")
