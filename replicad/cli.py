@@ -331,7 +331,25 @@ def _add_spark(commands: _Commands, operator: _Parser) -> None:
             "report of missing, extra and different keys; exit 0 equal, 1 different."
         ),
     )
-    for job in (materialize, changes, verify):
+    maintain = jobs.add_parser(
+        "maintain",
+        help="compact and vacuum the Delta lake tables (spark.lake_format: delta)",
+        parents=[operator],
+        description=(
+            "Per Delta table under spark.lake_path: OPTIMIZE (small files compacted), then "
+            "VACUUM (files no version younger than --retain-hours references deleted; older "
+            "versions can no longer be read). Runs beside the materialize job; a conflicting "
+            "commit exits 75 (run it again). Prints a JSON report per table."
+        ),
+    )
+    maintain.add_argument(
+        "--retain-hours",
+        type=float,
+        default=168.0,
+        help="keep the files of versions younger than this (default 168, Delta's)",
+    )
+    maintain.add_argument("--no-optimize", action="store_true", help="only VACUUM")
+    for job in (materialize, changes, verify, maintain):
         job.add_argument("--master", help="Spark master URL (default: spark.master)")
     spark.set_defaults(func=cmd_spark)
 
@@ -644,6 +662,9 @@ def cmd_spark(args: argparse.Namespace) -> int:
     from replicad.config import load_config
     from replicad.spark.run import master_problem
 
+    if args.job == "maintain" and args.retain_hours < 0:
+        print("replicad spark maintain: --retain-hours must be >= 0", file=sys.stderr)
+        return EXIT_USAGE
     problem = args.master is not None and master_problem(args.master)
     if problem:  # before the config and the JVM: a command line's mistake, 64
         print(f"replicad spark {args.job}: --master: {problem}", file=sys.stderr)
@@ -670,6 +691,15 @@ def cmd_spark(args: argparse.Namespace) -> int:
         from replicad.spark.run import run_verify
 
         return run_verify(config, master=args.master, as_json=args.json)
+    if args.job == "maintain":
+        from replicad.spark.run import run_maintain
+
+        return run_maintain(
+            config,
+            master=args.master,
+            retain_hours=args.retain_hours,
+            optimize=not args.no_optimize,
+        )
     return run_job(args.job, config, master=args.master, once=args.once)
 
 

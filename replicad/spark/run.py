@@ -5,6 +5,7 @@ when it found a difference, 0 when every table it compared is equal."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
@@ -120,6 +121,45 @@ def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
     except Exception as exc:  # Spark's own errors (MySQL unreachable through JDBC, ...)
         log.error("spark_job_failed", job="verify", error=str(exc).splitlines()[0][:2000])
         print(f"replicad spark verify: {exc}", file=sys.stderr)
+        return EXIT_TEMPFAIL
+    finally:
+        spark.stop()
+
+
+def run_maintain(config: Config, *, master: str | None, retain_hours: float, optimize: bool) -> int:
+    """`replicad spark maintain`: OPTIMIZE and VACUUM every Delta table of the lake; prints a
+    JSON report per table."""
+    from replicad.spark.maintenance import maintain, session_settings
+    from replicad.spark.session import build_session
+    from replicad.spark.table_format import session_conf
+
+    try:
+        conf = {**session_conf(config), **session_settings(retain_hours)}
+    except ReplicadError as exc:
+        print(f"replicad spark maintain: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    # Delta's VACUUM prints on the JVM's standard output: the JVM starts with standard error
+    # there, so that standard output carries only the report.
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        spark = build_session(
+            master or config.spark.master, f"replicad-maintain-{config.pipeline}", conf=conf
+        )
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        reports = maintain(spark, config, retain_hours=retain_hours, optimize=optimize)
+        print(json.dumps({"tables": reports}, indent=2))
+        return EXIT_OK
+    except ReplicadError as exc:
+        print(f"replicad spark maintain: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except Exception as exc:  # Spark's and Delta's (a concurrent commit conflicted): run again
+        log.error("spark_job_failed", job="maintain", error=str(exc).splitlines()[0][:2000])
+        print(f"replicad spark maintain: {exc}", file=sys.stderr)
         return EXIT_TEMPFAIL
     finally:
         spark.stop()

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pymysql
 import pytest
 
@@ -263,3 +264,80 @@ def test_records_removed_while_the_job_was_down_fail_the_query(db, kafka, tmp_pa
         assert sorted(_delta_rows(tmp_path / "lake" / name / "r")) == list(range(20))
     finally:
         assert replicad.stop() == 0
+
+
+def _spark_cli(config: Path, log: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    result = subprocess.run(
+        [sys.executable, "-m", "replicad.cli", "spark", *args, "-c", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    with log.open("ab") as out:
+        out.write(result.stderr)
+    return result
+
+
+def test_maintain_compacts_and_vacuums_the_delta_tables(db, kafka, tmp_path) -> None:
+    """Three materialize runs leave versions of small files (inserts: each run adds files);
+    `spark maintain --retain-hours 0` compacts them (fewer files, one new version) and vacuums
+    what no current version references: the lake still equals SELECT through delta-rs, the
+    first version can no longer be read, and the data files on disk are the current ones."""
+    from deltalake import DeltaTable
+
+    conn, name = db
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
+            "amt DECIMAL(12,2), at DATETIME(6), big BIGINT UNSIGNED, raw VARBINARY(8))"
+        )
+    conn.commit()
+    lake = tmp_path / "lake"
+    replicad = KafkaReplicad(
+        tmp_path / "replicad",
+        server_id=7395,
+        prefix=f"m{uuid.uuid4().hex[:8]}",
+        kafka=kafka,
+        db=name,
+        kafka_yaml="topics: {partitions: 3}",
+        extra_yaml=(
+            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
+            f"checkpoint_path: '{tmp_path / 'ckpt'}', master: 'local[2]'}}\n"
+        ),
+    )
+    replicad.start()
+    log = tmp_path / "spark.log"
+    path = lake / name / "acc"
+    try:
+        for run in range(3):
+            with conn.cursor() as cur:
+                # Inserts only after the first run: each MERGE adds files, none rewritten.
+                _insert(cur, range(run * 100 + 1, run * 100 + 101), f"r{run}")
+                if run == 0:
+                    cur.execute("UPDATE acc SET v = v + 1 WHERE id % 2 = 0")
+                    cur.execute("DELETE FROM acc WHERE id % 11 = 0")
+            conn.commit()
+            wait_caught_up(replicad)
+            _materialize_once(replicad.config, log)
+    finally:
+        assert replicad.stop() == 0
+    expected = _selected(conn, name)
+    assert _delta_rows(path) == expected
+    data_files = sorted(p.name for p in path.rglob("*.parquet"))
+    result = _spark_cli(replicad.config, log, "maintain", "--retain-hours", "0")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
+    assert result.stdout, result.stderr.decode(errors="replace")[-4000:]
+    (report,) = orjson.loads(result.stdout)["tables"]
+    assert report["table"] == f"{name}.acc"
+    assert report["files_after"] < report["files_before"], report
+    assert report["vacuumed"] > 0, report
+    assert _delta_rows(path) == expected
+    table = DeltaTable(str(path))
+    current = {Path(f).name for f in table.file_uris()}
+    assert {p.name for p in path.rglob("*.parquet")} == current, "only the current files stay"
+    assert len(current) < len(data_files)
+    with pytest.raises(Exception):  # noqa: B017 (delta-rs raises its own IO error type)
+        DeltaTable(str(path), version=1).to_pyarrow_table()
+    refused = _spark_cli(replicad.config, log, "maintain", "--retain-hours", "-1")
+    assert refused.returncode == 64
