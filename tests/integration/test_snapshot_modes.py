@@ -8,19 +8,22 @@ the stored position file."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.daemon_process import DaemonProcess
+from tests.helpers.daemon_process import ROOT, DaemonProcess, wait_for
 from tests.helpers.kafka_run import wait_caught_up
 from tests.helpers.mariadb import MARIADB_PORT
 
 pytestmark = pytest.mark.integration
 
 
-def _daemon(tmp: Path, server_id: int, mode: str, db: str) -> DaemonProcess:
+def _daemon(tmp: Path, server_id: int, mode: str, db: str, signal: str = "") -> DaemonProcess:
     return DaemonProcess(
         tmp,
         pipeline="modes",
@@ -31,7 +34,7 @@ def _daemon(tmp: Path, server_id: int, mode: str, db: str) -> DaemonProcess:
         ),
         password="repl",
         extra_yaml=(
-            f"snapshot: {{mode: {mode}}}\nfilters: {{include: ['{db}\\..*']}}\n"
+            f"snapshot: {{mode: {mode}{signal}}}\nfilters: {{include: ['{db}\\..*']}}\n"
             "checkpoint: {interval_s: 0.2}\n"
         ),
     )
@@ -201,3 +204,93 @@ def test_a_deleted_history_stops_every_other_mode_with_78(db, tmp_path, mode) ->
     assert f"store=file {daemon.position_file}" in fatal[0]["error"]
     assert "snapshot.mode: recovery" in fatal[0]["error"]
     assert len(daemon.messages()) == published
+
+
+def _snapshot_cli(
+    daemon: DaemonProcess, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "replicad.cli", "snapshot", *args, "-c", str(daemon.config)],
+        cwd=ROOT,
+        env={**daemon.env, **(env or {})},
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def _signal_table(conn: Any, name: str) -> str:
+    """Table k, the signal table and its grant (docs/snapshots.md); the snapshot.signal YAML."""
+    _table(conn, "(1, 'a')")
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE replicad_signal (id VARCHAR(128) NOT NULL PRIMARY KEY, "
+            "kind VARCHAR(16) NOT NULL, window_id VARCHAR(64) NOT NULL, "
+            "at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"
+        )
+        cur.execute(
+            f"GRANT INSERT, UPDATE, DELETE ON `{name}`.replicad_signal TO 'repl'@'127.0.0.1'"
+        )
+    return f", signal: {{database: {name}, table: replicad_signal}}"
+
+
+def test_cancel_of_an_unknown_id_is_refused_and_queues_nothing(db, tmp_path) -> None:
+    """`snapshot cancel ID` looks the id up where the pipeline keeps it: the requests not taken
+    yet, then the stored progress (queued, active, recently finished). An id in neither is
+    refused with 64, like a request for an unknown table; nothing is queued."""
+    conn, name = db
+    signal = _signal_table(conn, name)
+    daemon = _daemon(tmp_path, 7738, "never", name, signal)
+    requests = tmp_path / "position.requests"
+
+    def queued() -> list[str]:
+        return sorted(p.name for p in requests.glob("req-*.json"))
+
+    unknown = _snapshot_cli(daemon, "cancel", "snap-nope")
+    assert unknown.returncode == 64, unknown.stderr.decode()
+    assert b"snap-nope" in unknown.stderr and b"no snapshot request" in unknown.stderr
+    assert queued() == []
+    # Not taken yet (the daemon is stopped): known from the queue.
+    requested = _snapshot_cli(daemon, "request", f"{name}.k", "--json")
+    assert requested.returncode == 0, requested.stderr.decode()
+    snap_id = json.loads(requested.stdout)["request"]["id"]
+    assert _snapshot_cli(daemon, "cancel", snap_id).returncode == 0
+    assert len(queued()) == 2
+    # Taken and cancelled by the pipeline: known from the stored progress (recently finished).
+    daemon.start()
+    # The progress is stored with the next transaction's mark: write until one carried it.
+    for row in range(2, 60):
+        _insert(conn, f"({row}, 'x')")
+        if queued() == []:
+            break
+        time.sleep(0.5)
+    wait_for(lambda: queued() == [], 10, "the pipeline to take both requests")
+    assert daemon.stop() == 0
+    stored = json.loads(daemon.position_file.read_text())["position"]
+    assert snap_id in stored["snapshot"] and "cancelled" in stored["snapshot"]
+    again = _snapshot_cli(daemon, "cancel", snap_id)
+    assert again.returncode == 0, again.stderr.decode()
+    assert _snapshot_cli(daemon, "cancel", "snap-nope").returncode == 64
+
+
+def test_cancel_of_an_unknown_id_is_refused_under_zookeeper(db, zookeeper, zk_root, tmp_path):
+    """The same lookup in ZooKeeper: the pipeline's pending commands, then its position node."""
+    conn, name = db
+    daemon = _daemon(tmp_path, 7739, "never", name, _signal_table(conn, name))
+    zk = {
+        "REPLICAD_COORDINATION__ZOOKEEPER__HOSTS": zookeeper,
+        "REPLICAD_COORDINATION__ZOOKEEPER__ROOT": zk_root,
+    }
+    unknown = _snapshot_cli(daemon, "cancel", "snap-nope", env=zk)
+    assert unknown.returncode == 64, unknown.stderr.decode()
+    assert b"snap-nope" in unknown.stderr
+    requested = _snapshot_cli(daemon, "request", f"{name}.k", "--json", env=zk)
+    assert requested.returncode == 0, requested.stderr.decode()
+    snap_id = json.loads(requested.stdout)["request"]["id"]
+    cancelled = _snapshot_cli(daemon, "cancel", snap_id, "--json", env=zk)
+    assert cancelled.returncode == 0, cancelled.stderr.decode()
+    waiting = json.loads(_snapshot_cli(daemon, "status", "--json", env=zk).stdout)["waiting"]
+    assert [(w["op"], w["id"]) for w in waiting] == [
+        ("snapshot", snap_id),
+        ("snapshot-cancel", snap_id),
+    ]  # the refused one was not queued
+    assert not (tmp_path / "position.requests").exists()  # queued in ZooKeeper, not locally
