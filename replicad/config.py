@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -623,12 +624,18 @@ class SnapshotSignalConfig(_Strict):
 
 
 class SnapshotConfig(_Strict):
-    """The rows that exist before the stream starts (docs/snapshots.md). `initial`: on a first
-    start (no stored position) read the included tables in one consistent snapshot, then
-    stream from its binlog position; `when_needed`: also when the stored position's binlog
-    file is no longer on the primary; `never`: stream only."""
+    """The rows that exist before the stream starts (docs/snapshots.md has a table of the
+    modes, with Debezium's names). With nothing stored: `initial`, `when_needed`, `always`
+    read the included tables in one consistent snapshot, then stream from its binlog
+    position; `initial_only` reads them and exits 0; `no_data` takes the schema at the
+    current position and streams from there; `never` and `recovery` stream from
+    `source.start`. With a stored position: `when_needed` snapshots again when its binlog
+    file is gone, `always` every time, `initial_only` exits 0 at once; the others resume.
+    Only `recovery` resumes without the stored schema history (rebuilt from today's DDL)."""
 
-    mode: Literal["never", "initial", "when_needed"] = "never"
+    mode: Literal[
+        "never", "initial", "initial_only", "no_data", "when_needed", "always", "recovery"
+    ] = "never"
     # How the initial snapshot reads: `consistent` (one read view at a known binlog position;
     # MySQL needs `locking: minimal` for it), `watermarks` (stream from now, every table as an
     # incremental snapshot; needs the signal table), `auto` (consistent on MariaDB,
@@ -644,6 +651,32 @@ class SnapshotConfig(_Strict):
     lock_timeout_s: int = Field(10, ge=1, le=3600)
     chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per SELECT (memory holds one)
     signal: SnapshotSignalConfig = SnapshotSignalConfig()
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _schema_only_is_no_data(cls, value: Any) -> Any:
+        # Debezium's name before 2.6 (removed in 3.3): accepted, with a warning that the
+        # CLI shows on standard error (FutureWarning is the category meant for end users).
+        if value == "schema_only":
+            warnings.warn(
+                "snapshot.mode schema_only is Debezium's old name for no_data; write no_data",
+                FutureWarning,
+                stacklevel=2,
+            )
+            return "no_data"
+        return value
+
+    @model_validator(mode="after")
+    def _initial_only_reads_one_view(self) -> SnapshotConfig:
+        # With watermarks the tables are read while the stream runs: there is no moment at
+        # which "the snapshot is done, stop" holds without streaming.
+        if self.mode == "initial_only" and self.initial_method == "watermarks":
+            raise ValueError(
+                "snapshot.mode initial_only reads one consistent snapshot and stops; "
+                "initial_method watermarks streams while it reads: use consistent (or auto "
+                "on MariaDB)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _locking_needs_consistent(self) -> SnapshotConfig:
@@ -817,7 +850,8 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _snapshot_starts_the_stream(self) -> Config:
-        if self.snapshot.mode != "never" and self.source.start != "latest":
+        # `recovery` snapshots nothing: with nothing stored it starts as `never` does.
+        if self.snapshot.mode not in ("never", "recovery") and self.source.start != "latest":
             raise KeyedValueError(
                 "source.start",
                 "snapshot.mode initial/when_needed streams from the snapshot's own position; "

@@ -340,11 +340,11 @@ def _local_position(config: Config, names: list[str]) -> Finding:
     stored = checkpoint.position
     if stored.file and stored.file not in names and stored.mariadb_gtids is None:
         text = f"stored position {stored} is no longer on the primary (purged)"
-        if config.snapshot.mode == "when_needed":
+        if config.snapshot.mode in ("when_needed", "always"):
             return Finding(
                 WARN,
                 "position",
-                f"{text}: snapshot.mode when_needed will re-snapshot",
+                f"{text}: snapshot.mode {config.snapshot.mode} will re-snapshot",
                 "none needed, if a re-snapshot is what you want",
             )
         return Finding(

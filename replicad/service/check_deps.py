@@ -270,7 +270,7 @@ def signal_level(config: Config, info: ServerInfo) -> str | None:
     snapshot = config.snapshot
     if "signal" in snapshot.model_fields_set:
         return FAIL
-    if snapshot.mode == "never":
+    if snapshot.mode in ("never", "no_data", "recovery"):  # modes that read no rows
         return None
     method = snapshot.initial_method
     watermarks = method == "watermarks" or (method == "auto" and not info.mariadb)

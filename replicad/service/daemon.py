@@ -64,6 +64,7 @@ from replicad.snapshot.reader import TableProgress
 from replicad.source.schema import (
     SchemaHistory,
     SchemaHistoryAheadError,
+    SchemaHistoryError,
     default_history_path,
     snapshot,
     table_changes,
@@ -82,6 +83,14 @@ log = structlog.get_logger("replicad.daemon")
 FAILED_DRAIN_S = 5.0  # after a failure: acknowledgements of what Kafka already has
 CLOSE_RESERVE_S = 5.0  # of shutdown.timeout_s, kept for closing connections after the drain
 STATUS_INTERVAL_S = 2.0  # how often the status for `replicad status` is refreshed
+# The snapshot modes that read the tables when nothing is stored (docs/snapshots.md); the
+# others stream from the schema at the start position (`no_data`) or from `source.start`.
+SNAPSHOT_READING_MODES = ("initial", "initial_only", "when_needed", "always")
+
+
+class SchemaHistoryMissingError(SchemaHistoryError):
+    """A stored position without a schema history that reaches back to it (deleted, or the
+    position moved back by hand), and `snapshot.mode` is not `recovery`: names the store."""
 
 
 @dataclass(slots=True)
@@ -239,32 +248,23 @@ class Pipeline:
                     note="snapshot.mode when_needed: a new snapshot replaces the stored position",
                 )
                 stored = None
-        if stored is None and self.config.snapshot.mode != "never":
+        if stored is not None and self.config.snapshot.mode == "always":
+            log.warning(
+                "position_replaced",
+                position=str(stored),
+                incremental_snapshots=stored.snapshot is not None,
+                note="snapshot.mode always: a new snapshot replaces the stored position",
+            )
+            stored = None
+        if stored is None and self.config.snapshot.mode in SNAPSHOT_READING_MODES:
             position, self.history = await self.snapshots.open_initial()
             return self._checkpoint(position)
         if stored is not None:
             log.info("position_loaded", position=str(stored))
+            if self.config.snapshot.mode == "initial_only":
+                return stored  # its snapshot is done: nothing is streamed (_stream)
             self.snapshots.resume(stored.snapshot)  # incremental snapshots in progress
-            # The persisted history, trimmed to the stored position; never a new snapshot
-            # (that would be today's schema, not the one at the position) unless there is none.
-            try:
-                history = self.store.load_history(stored.position)
-            except SchemaHistoryAheadError as exc:
-                log.warning("schema_history_unusable", error=str(exc))
-                history = None
-            if history is None:
-                log.warning(
-                    "schema_history_missing",
-                    store=self.store.describe(),
-                    note="a snapshot of today's schema stands for the stored position",
-                )
-                history = await with_primary(
-                    self.config.source,
-                    self.password,
-                    lambda conn: snapshot(conn, stored.position),
-                    what="schema snapshot",
-                )
-            self.history = history
+            self.history = await self._stored_history(stored.position)
             return stored
 
         async def start_here(conn: AsyncConnection) -> tuple[Position, SchemaHistory]:
@@ -290,6 +290,37 @@ class Pipeline:
         signal topic's offset as they are now."""
         signal_offset = None if self.signals is None else self.signals.next_offset
         return Checkpoint(position, self.snapshots.progress, signal_offset)
+
+    async def _stored_history(self, position: Position) -> SchemaHistory:
+        """The persisted history, trimmed to the stored position. Never a new snapshot
+        (today's schema, not the one at the position: events before a later DDL would
+        decode with today's columns) unless `snapshot.mode: recovery` says so."""
+        try:
+            history = self.store.load_history(position)
+        except SchemaHistoryAheadError as exc:
+            log.warning("schema_history_unusable", error=str(exc))
+            history = None
+        if history is not None:
+            return history
+        if self.config.snapshot.mode != "recovery":
+            raise SchemaHistoryMissingError(
+                "no usable schema history for the stored position; set snapshot.mode: "
+                "recovery to rebuild it from the primary's current DDL (right only if no DDL "
+                "ran since that position), or re-snapshot",
+                store=self.store.describe(),
+                position=str(position),
+            )
+        log.warning(
+            "schema_history_missing",
+            store=self.store.describe(),
+            note="a snapshot of today's schema stands for the stored position",
+        )
+        return await with_primary(
+            self.config.source,
+            self.password,
+            lambda conn: snapshot(conn, position),
+            what="schema snapshot",
+        )
 
     @property
     def snapshot_progress(self) -> list[TableProgress]:
@@ -365,13 +396,17 @@ class Pipeline:
 
     async def _stream(self, checkpointer: Checkpointer) -> None:
         assert self.committed is not None
-        if self.snapshots.initial_open:
+        snapshot_read = self.snapshots.initial_open
+        if snapshot_read:
             self._snapshotting = True
             try:
                 if not await self.snapshots.read_initial(self._emit_reads):
                     return
             finally:
                 self._snapshotting = False
+        if self.config.snapshot.mode == "initial_only":
+            await self._snapshot_stored(checkpointer, snapshot_read)
+            return
         self._cursor.skip = self.committed.position.row  # rows of the next transaction delivered
         progress = self.progress
         self._reading = True
@@ -395,6 +430,22 @@ class Pipeline:
                     return
             finally:
                 self._gate.release()
+
+    async def _snapshot_stored(self, checkpointer: Checkpointer, read_now: bool) -> None:
+        """`snapshot.mode: initial_only`: once the snapshot's position is stored (every read
+        acknowledged; the ticker collects the acknowledgements), the run ends, exit 0,
+        without streaming; at once if an earlier run stored it."""
+        assert self.committed is not None
+        snapshot_at = self.committed.position
+        while read_now and checkpointer.stored_position != snapshot_at:
+            if self._stop_requested:
+                return
+            await asyncio.sleep(0.05)
+        log.info(
+            "snapshot_only_done",
+            position=str(snapshot_at),
+            note="snapshot.mode initial_only: the snapshot is stored; nothing is streamed",
+        )
 
     def _resumed(self, unit: Reconnected) -> None:
         """The source reconnected: the transaction in flight (if any) comes again from its

@@ -10,9 +10,19 @@ import socket
 from typing import Any
 
 from replicad.config import Config
-from replicad.coordination.local import read_status, running_pid, status_path
+from replicad.coordination.local import (
+    LocalPositionStore,
+    read_status,
+    running_pid,
+    status_path,
+)
 from replicad.coordination.requests import LocalRequests
-from replicad.snapshot.incremental import SnapshotRequest, new_request
+from replicad.snapshot.incremental import (
+    IncrementalSnapshots,
+    SnapshotRequest,
+    SnapshotRequestError,
+    new_request,
+)
 from replicad.snapshot.watermarks import ChunkReader
 from replicad.source.stream import open_connection, server_info
 
@@ -39,7 +49,48 @@ def request_snapshot(
 
 
 def cancel_snapshot(config: Config, request_id: str | None) -> dict[str, Any]:
+    """Queue a cancellation (None: of every snapshot). An id that is neither queued, active
+    nor among the recently finished is refused (64) rather than queued to do nothing."""
+    if request_id is not None:
+        waiting, progress = _requests_known(config)
+        if request_id not in waiting and not IncrementalSnapshots(progress).known(request_id):
+            raise SnapshotRequestError(
+                "no snapshot request with this id is queued, active or among the recently "
+                "finished (`replicad snapshot status` lists them)",
+                id=request_id,
+                pipeline=config.pipeline,
+            )
     return {"queued_as": _submit(config, "snapshot-cancel", {"id": request_id}), "id": request_id}
+
+
+def _requests_known(config: Config) -> tuple[set[str], str | None]:
+    """(the ids of snapshot requests not taken yet, the stored snapshot progress). The queue is
+    read first: the pipeline completes a request only once the stored progress holds it, so a
+    request taken between the two reads is in the progress read second."""
+    if config.coordination.zookeeper is None:
+        path = config.coordination.local.path
+        waiting = LocalRequests(path).pending()
+        stored = LocalPositionStore(path, config.pipeline).load()
+        ids = {str(r.args.get("id")) for r in waiting if r.op == "snapshot"}
+        return ids, None if stored is None else stored.snapshot
+    from replicad.coordination.zk_ops import (
+        ZkPaths,
+        checkpoint_from_record,
+        list_commands,
+        read_position_record,
+    )
+    from replicad.service.ha import zk_client
+
+    zk, client = zk_client(config)
+    try:
+        paths = ZkPaths.from_config(zk, config.pipeline)
+        commands = list_commands(client, paths, pending_only=True)
+        record = read_position_record(client, paths)
+    finally:
+        client.stop()
+    ids = {str(c.args.get("id")) for c in commands if c.op == "snapshot"}
+    stored = None if record is None else checkpoint_from_record(record, paths.position)
+    return ids, None if stored is None else stored.snapshot
 
 
 def _submit(config: Config, op: str, args: dict[str, Any]) -> str:

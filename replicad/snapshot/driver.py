@@ -144,10 +144,18 @@ class SnapshotDriver:
             info = await server_info(conn)
             method = self.config.snapshot.initial_method
             if method == "watermarks" or (method == "auto" and not info.mariadb):
+                if self.config.snapshot.mode == "initial_only":
+                    raise SnapshotError(
+                        "snapshot.mode initial_only needs one consistent snapshot; on MySQL "
+                        "set snapshot.initial_method: consistent with locking: minimal"
+                    )
                 started = await self._queue_initial(conn, info)
                 await conn.close()  # the chunks are read on a connection of their own
                 return started
-            resumable = await self._signal_usable(conn, info)
+            # initial_only: a stored position means "done, exit": nothing is stored until the
+            # whole snapshot is, so an interrupted one starts again rather than stream the rest.
+            only = self.config.snapshot.mode == "initial_only"
+            resumable = not only and await self._signal_usable(conn, info)
             position = await snapshot_reader.begin(conn, info, self.config.snapshot)
             history = await snapshot(conn, position)
             plans = await snapshot_reader.plan_tables(conn, info, self.snapshotted)

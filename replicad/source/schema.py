@@ -26,7 +26,8 @@ binlog moved, DDL up to that point may already be in the snapshot (`schema_ddl_i
 is logged). Applying DDL is idempotent where the statement allows it (ADD of an existing
 column, DROP/CHANGE/RENAME of a column already gone), which absorbs such repeats. On resume the
 persisted history is used, never a new snapshot (that would be today's schema, not the one at
-the position) — except when there is no history file at all (logged as `schema_history_missing`).
+the position) — except when there is none and `snapshot.mode` is `recovery` (logged as
+`schema_history_missing`; without it the start fails: service/daemon.py).
 
 DDL is read by `replicad.source.ddl` (the model is in `replicad.source.schema_model`). A
 statement it cannot read changes nothing and logs `schema_ddl_unparsed`; a TABLE_MAP that does
