@@ -65,7 +65,7 @@ def test_commits_without_coordinates_change_nothing() -> None:
 
 
 def test_a_log_cleaned_up_to_a_later_version_is_refused() -> None:
-    with pytest.raises(CutError, match="starts at version 0"):
+    with pytest.raises(CutError, match="does not start at version 0"):
         version_at("t", TABLE[1:], (F, 250))
 
 
