@@ -25,7 +25,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from replicad.spark.cut import CutError, cut_lake
+from replicad.spark.cut import CutError, cut_lake, parse_position
 from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 from tests.integration.test_spark_open_lake import _jars
@@ -205,16 +205,11 @@ def test_every_cut_keeps_the_sum_and_equals_select_at_its_position(db, kafka, tm
     assert _sum(state) == TOTAL
     # The state after the last transfer recorded at or before latest (or the one after it:
     # SHOW MASTER STATUS ran after the commit, when other tests' writes may follow it).
-    at = _point(found["position"])
-    before = [i for i, (p, _) in enumerate(recorded) if _point(p) <= at]
+    at = parse_position(found["position"])
+    before = [i for i, (p, _) in enumerate(recorded) if parse_position(p) <= at]
     assert before, (found, recorded[0])
     assert state in [s for _, s in recorded[before[-1] : before[-1] + 2]], found
     print(
         f"cuts: {found_at} of {len(recorded)} positions; latest {found['position']}; "
         f"{torn} of the newest versions read during bursts broke the sum"
     )
-
-
-def _point(text: str) -> tuple[str, int]:
-    file, _, pos = text.rpartition(":")
-    return file, int(pos)
