@@ -41,6 +41,8 @@ from pyspark.sql.types import StructType
 from replicad.config import Config
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ConfigError
+from replicad.spark.complete import Completeness, batch_end
+from replicad.spark.cut import Point, commit_metadata
 from replicad.spark.jobs import Materialize
 from replicad.spark.kafka_source import ReplicadKafkaSource
 from replicad.spark.lake import (
@@ -74,6 +76,9 @@ DELTA_JARS = (
     "commons-pool2-",
 )
 COORDINATES = (FILE, POS, ROW)
+# Delta's session setting for the next commit's `userMetadata` (commitInfo), which MERGE
+# (SQL or DeltaTable.merge) takes; DataFrameWriter's `userMetadata` option covers writes only.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def delta_jars(directory: str | None) -> list[Path]:
@@ -255,17 +260,21 @@ class DeltaLakeTable:
         )
         return _latest_per_key(stored, self.key)
 
-    def apply(self, changes: DataFrame) -> int | None:
-        """Fold one batch; the Delta version it committed (None: nothing to do)."""
+    def apply(self, changes: DataFrame, through: Point | None = None) -> int | None:
+        """Fold one batch; the Delta version it committed (None: nothing to do). The commit
+        records the batch's lowest and highest coordinates and `through`, a position the
+        table is complete up to with this batch (replicad/spark/cut.py)."""
         spark = changes.sparkSession  # foreachBatch's session: the view must live in it
         changes = changes.persist()
         try:
-            point = (
-                changes.filter(F.col("op") == "t")
-                .agg(F.max(_coordinates("file", "pos", "row")).alias("t"))
-                .first()
-            )
-            truncated = None if point is None or point["t"] is None else tuple(point["t"])
+            coordinates = _coordinates("file", "pos", "row")
+            bounds = changes.agg(
+                F.max(F.when(F.col("op") == "t", coordinates)).alias("t"),
+                F.min(coordinates).alias("low"),
+                F.max(coordinates).alias("high"),
+            ).first()
+            assert bounds is not None  # (an aggregate without grouping has one row)
+            truncated = None if bounds["t"] is None else tuple(bounds["t"])
             latest = self._latest(changes, truncated).persist()
             try:
                 if truncated is None and latest.isEmpty():
@@ -273,9 +282,15 @@ class DeltaLakeTable:
                 self._ensure(spark)
                 view = f"replicad_batch_{uuid.uuid4().hex}"
                 latest.createOrReplaceTempView(view)
+                # The session is the query's own (Spark clones one per streaming query), so
+                # the metadata goes on this MERGE's commit only, not on other tables'.
+                spark.conf.set(
+                    USER_METADATA, commit_metadata(through, bounds["low"], bounds["high"])
+                )
                 try:
                     spark.sql(self._merge(view, truncated))
                 finally:
+                    spark.conf.unset(USER_METADATA)
                     spark.catalog.dropTempView(view)
             finally:
                 latest.unpersist()
@@ -338,8 +353,10 @@ class DeltaMaterialize(Materialize):
         changes = kafka_changes(
             self.spark, options, versions, self.settings.max_offsets_per_trigger
         )
+        completeness = Completeness.of(self.config, options)
+        completeness.sample()  # before any batch of this query has its end offsets
         writer = (
-            self._sink(table, changes, versions)
+            self._delta_sink(table, changes, versions, completeness, options["topic"])
             .option("checkpointLocation", str(self.checkpoint(table)))
             .queryName(f"{self.name} {table}")
         )
@@ -356,22 +373,31 @@ class DeltaMaterialize(Materialize):
         )
         return writer.start()
 
-    def _sink(
-        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+    def _delta_sink(
+        self,
+        table: str,
+        changes: DataFrame,
+        versions: list[TypedSchema],
+        completeness: Completeness,
+        topic: str,
     ) -> DataStreamWriter:
         lake = DeltaLakeTable(
             self.lake_path(table), versions[-1].primary_key, table_struct(versions)
         )
+        checkpoint = self.checkpoint(table)
 
         def apply(batch: DataFrame, batch_id: int) -> None:
             started = time.monotonic()
-            version = lake.apply(batch)
+            completeness.sample()  # the newest sample this batch can reach: its end is fixed
+            through = completeness.through(batch_end(checkpoint, batch_id, topic))
+            version = lake.apply(batch, through)
             log.info(
                 "lake_batch_applied",
                 table=table,
                 batch=batch_id,
                 version=version,
                 format="delta",
+                through=None if through is None else f"{through[0]}:{through[1]}",
                 seconds=round(time.monotonic() - started, 3),
             )
 
