@@ -228,8 +228,10 @@ class Pipeline:
 
     async def resolve_start(self) -> Checkpoint:
         stored = self.store.load_checkpoint()
+        from_kafka = False
         if self.kafka is not None:
             in_kafka = await self.kafka.start()
+            from_kafka = in_kafka is not None
             if in_kafka is not None:  # exactly-once: Kafka's record is the truth
                 if stored is not None and stored != in_kafka:
                     log.info("position_from_kafka", kafka=str(in_kafka), local=str(stored))
@@ -264,7 +266,7 @@ class Pipeline:
             if self.config.snapshot.mode == "initial_only":
                 return stored  # its snapshot is done: nothing is streamed (_stream)
             self.snapshots.resume(stored.snapshot)  # incremental snapshots in progress
-            self.history = await self._stored_history(stored.position)
+            self.history = await self._stored_history(stored.position, from_kafka)
             return stored
 
         async def start_here(conn: AsyncConnection) -> tuple[Position, SchemaHistory]:
@@ -291,10 +293,13 @@ class Pipeline:
         signal_offset = None if self.signals is None else self.signals.next_offset
         return Checkpoint(position, self.snapshots.progress, signal_offset)
 
-    async def _stored_history(self, position: Position) -> SchemaHistory:
+    async def _stored_history(self, position: Position, from_kafka: bool) -> SchemaHistory:
         """The persisted history, trimmed to the stored position. Never a new snapshot
         (today's schema, not the one at the position: events before a later DDL would
-        decode with today's columns) unless `snapshot.mode: recovery` says so."""
+        decode with today's columns) unless `snapshot.mode: recovery` says so, or the
+        position is exactly-once's record in Kafka (`from_kafka`): the history lives in the
+        pipeline's store, which a new worker directory lacks and which may be ahead of the
+        Kafka record, so there the snapshot of today's schema stays, with its warning."""
         try:
             history = self.store.load_history(position)
         except SchemaHistoryAheadError as exc:
@@ -302,7 +307,7 @@ class Pipeline:
             history = None
         if history is not None:
             return history
-        if self.config.snapshot.mode != "recovery":
+        if self.config.snapshot.mode != "recovery" and not from_kafka:
             raise SchemaHistoryMissingError(
                 "no usable schema history for the stored position; set snapshot.mode: "
                 "recovery to rebuild it from the primary's current DDL (right only if no DDL "

@@ -53,6 +53,12 @@ def _status(replicad: KafkaReplicad) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _finished(replicad: KafkaReplicad, table: str, state: str) -> bool:
+    """The status lists a snapshot of `table` finished in `state`."""
+    finished = (_status(replicad).get("incremental") or {}).get("finished") or []
+    return any(f.get("table") == table and f.get("state") == state for f in finished)
+
+
 def _reads(kafka: str, prefix: str, db: str, table: str) -> int:
     records = consume_all(kafka, [f"{prefix}.{db}.{table}"], idle_s=0.5)
     return sum(1 for r in records if r.value is not None and orjson.loads(r.value)["op"] == "r")
@@ -104,14 +110,7 @@ def test_a_snapshot_driven_through_the_signal_topic(db, kafka, tmp_path) -> None
         time.sleep(2)
         assert len(_chunk_reads(replicad)) == paused_at, "no chunk while paused"
         _send(kafka, topic, prefix, {"type": "resume-snapshot"})
-        wait_for(
-            lambda: any(
-                f.get("table") == f"{name}.big" and f.get("state") == "done"
-                for f in (_status(replicad).get("incremental") or {}).get("finished", [])
-            ),
-            180,
-            "the snapshot of big to finish",
-        )
+        wait_for(lambda: _finished(replicad, f"{name}.big", "done"), 180, "big to finish")
         _send(
             kafka,
             topic,
@@ -132,12 +131,7 @@ def test_a_snapshot_driven_through_the_signal_topic(db, kafka, tmp_path) -> None
             {"type": "stop-snapshot", "data": {"data-collections": [f"{name}.other"]}},
         )
         wait_for(
-            lambda: any(
-                f.get("table") == f"{name}.other" and f.get("state") == "cancelled"
-                for f in (_status(replicad).get("incremental") or {}).get("finished", [])
-            ),
-            30,
-            "the snapshot of other to be cancelled",
+            lambda: _finished(replicad, f"{name}.other", "cancelled"), 30, "other to be cancelled"
         )
         _send(kafka, topic, prefix, {"type": "resume-snapshot"})
         wait_for(

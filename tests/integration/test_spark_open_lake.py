@@ -112,8 +112,11 @@ def _insert(cur: Any, ids: range, tag: str) -> None:
     )
 
 
-def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> None:
-    conn, name = db
+def _acc_pipeline(
+    conn: pymysql.connections.Connection, name: str, kafka: str, tmp_path: Path, server_id: int
+) -> tuple[KafkaReplicad, Path]:
+    """The table `acc`, and replicad publishing it into a three-partition topic, configured
+    for a Delta lake under tmp_path; started. Returns it and the lake table's path."""
     with conn.cursor() as cur:
         cur.execute(
             "CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
@@ -123,7 +126,7 @@ def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> N
     lake = tmp_path / "lake"
     replicad = KafkaReplicad(
         tmp_path / "replicad",
-        server_id=7394,
+        server_id=server_id,
         prefix=f"d{uuid.uuid4().hex[:8]}",
         kafka=kafka,
         db=name,
@@ -134,8 +137,13 @@ def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> N
         ),
     )
     replicad.start()
+    return replicad, lake / name / "acc"
+
+
+def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> None:
+    conn, name = db
+    replicad, path = _acc_pipeline(conn, name, kafka, tmp_path, 7394)
     log = tmp_path / "spark.log"
-    path = lake / name / "acc"
     try:
         with conn.cursor() as cur:
             _insert(cur, range(1, 301), "n")
@@ -287,28 +295,8 @@ def test_maintain_compacts_and_vacuums_the_delta_tables(db, kafka, tmp_path) -> 
     from deltalake import DeltaTable
 
     conn, name = db
-    with conn.cursor() as cur:
-        cur.execute(
-            "CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
-            "amt DECIMAL(12,2), at DATETIME(6), big BIGINT UNSIGNED, raw VARBINARY(8))"
-        )
-    conn.commit()
-    lake = tmp_path / "lake"
-    replicad = KafkaReplicad(
-        tmp_path / "replicad",
-        server_id=7395,
-        prefix=f"m{uuid.uuid4().hex[:8]}",
-        kafka=kafka,
-        db=name,
-        kafka_yaml="topics: {partitions: 3}",
-        extra_yaml=(
-            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
-            f"checkpoint_path: '{tmp_path / 'ckpt'}', master: 'local[2]'}}\n"
-        ),
-    )
-    replicad.start()
+    replicad, path = _acc_pipeline(conn, name, kafka, tmp_path, 7395)
     log = tmp_path / "spark.log"
-    path = lake / name / "acc"
     try:
         for run in range(3):
             with conn.cursor() as cur:
