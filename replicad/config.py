@@ -133,11 +133,22 @@ def source_candidate(entry: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class DiscoveryConfig(_Strict):
+    """A command that names the servers to stream from (an orchestrator's view of who is
+    primary now): run before each (re)connect, it prints one `host:port` per line in order of
+    preference. Its list replaces `source.hosts` for that attempt; when it fails, the last
+    list stands."""
+
+    command: list[str] = Field(min_length=1)
+    timeout_s: float = Field(5.0, gt=0)
+
+
 class SourceConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
     # Failover candidates in order of preference (`host:port`); host and port are the first.
     hosts: list[str] | None = Field(None, min_length=1)
+    discovery: DiscoveryConfig | None = None
     user: str = "repl"
     password: SecretStr | None = None
     password_env: str | None = None
