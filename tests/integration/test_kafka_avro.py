@@ -197,6 +197,11 @@ def test_avro_consumer_rebuilds_every_column_across_an_added_column(
     assert first != second and sorted(set(ids)) == sorted({first, second})
     assert consumer.client.get_versions(f"{topic}-value") == [1, 2]
     assert consumer.client.get_versions(f"{topic}-key") == [1]
+    # The registry was asked once per subject and table version, not per message.
+    registered = [
+        e["subject"] for e in replicad.log_events() if e["event"] == "avro_schema_registered"
+    ]
+    assert sorted(registered) == sorted([f"{topic}-key", f"{topic}-value"] * 2), registered
     assert "added" not in consumer.row_types(first)
     assert "added" in consumer.row_types(second)
     # Both versions read back, each equal to the table as it was.
