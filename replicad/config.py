@@ -602,6 +602,39 @@ class RelayConfig(_Strict):
     on_corruption: Literal["fail", "refetch"] = "fail"
 
 
+class SchemaRegistryConfig(_Strict):
+    """The schema registry of `envelope.format: avro` (Confluent's REST API: Confluent Schema
+    Registry, Apicurio's ccompat API, Karapace). Basic auth: `username` with the password
+    from a variable or a file, as the source's."""
+
+    url: str = Field(min_length=1)  # e.g. http://registry:8081 (Apicurio: .../apis/ccompat/v7)
+    username: str | None = Field(None, min_length=1)
+    password: SecretStr | None = None  # discouraged: password_env or password_file
+    password_env: str | None = None
+    password_file: Path | None = None
+    timeout_s: float = Field(10.0, gt=0, le=300)  # one HTTP request
+
+    @model_validator(mode="after")
+    def _auth(self) -> SchemaRegistryConfig:
+        check_one_secret(self)
+        has_password = any(
+            v is not None for v in (self.password, self.password_env, self.password_file)
+        )
+        if has_password != (self.username is not None):
+            raise ValueError(
+                "envelope.schema_registry: basic auth needs both username and a password"
+            )
+        return self
+
+    def client_settings(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The settings of confluent-kafka's SchemaRegistryClient."""
+        settings: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s}
+        if self.username is not None:
+            password = resolve_secret(self, "envelope.schema_registry", environ)
+            settings["basic.auth.user.info"] = f"{self.username}:{password}"
+        return settings
+
+
 class EnvelopeConfig(_Strict):
     """How column values are written in every output (Kafka, JSON lines): `exact` (DECIMAL as
     a string, temporal as ISO-8601; docs/consumers.md) or `debezium` (Debezium's MySQL
@@ -619,11 +652,30 @@ class EnvelopeConfig(_Strict):
     # of the primary; MySQL's ROWS_QUERY with binlog_rows_query_log_events). Off by default,
     # as Debezium's include.query: every row of a multi-row INSERT would carry it.
     include_query: bool = False
+    # The Kafka sink's keys and values: `json`, or `avro` (Confluent's wire format, schemas
+    # in `schema_registry` under the topic-name strategy; docs/consumers.md, "Avro").
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistryConfig | None = None
 
     @model_validator(mode="after")
     def _schemas_need_debezium(self) -> EnvelopeConfig:
         if self.schemas_enable and self.values != "debezium":
             raise ValueError("envelope.schemas_enable needs envelope.values: debezium")
+        return self
+
+    @model_validator(mode="after")
+    def _avro_needs_debezium_and_registry(self) -> EnvelopeConfig:
+        if self.format != "avro":
+            return self
+        if self.values != "debezium":
+            raise ValueError("envelope.format: avro needs envelope.values: debezium")
+        if self.schema_registry is None:
+            raise ValueError("envelope.format: avro needs envelope.schema_registry.url")
+        if self.schemas_enable:
+            raise ValueError(
+                "envelope.format: avro carries its schemas in the registry: "
+                "envelope.schemas_enable must stay false"
+            )
         return self
 
 
