@@ -752,6 +752,16 @@ class SnapshotConfig(_Strict):
         return self
 
 
+class SparkS3Config(_Strict):
+    """S3 for `s3a://` lake, changes and checkpoint paths (Hadoop's S3A; docs/spark.md,
+    "Object storage"). Credentials: the AWS chain S3A reads (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY, a profile, an instance role), never this file."""
+
+    endpoint: str | None = None  # e.g. http://127.0.0.1:9010; None: AWS's for the region
+    region: str | None = None
+    path_style_access: bool = False  # bucket in the path, not the host (most S3 look-alikes)
+
+
 class SparkConfig(_Strict):
     """The Spark jobs (`replicad spark <job>`, docs/spark.md); they read the change topics of
     `sinks.kafka`."""
@@ -771,6 +781,7 @@ class SparkConfig(_Strict):
     # scripts/spark/pom.xml from `lake_jars` (`bash scripts/services.sh spark-jars` prints it).
     lake_format: Literal["replicad", "delta"] = "replicad"
     lake_jars: str | None = None
+    s3: SparkS3Config = SparkS3Config()
     # verify: the source's tables through Spark's JDBC source, as the source's user, with
     # MariaDB Connector/J or MySQL Connector/J; `auto`: the one of the server's kind.
     jdbc_driver: Literal["auto", "mariadb", "mysql"] = "auto"
