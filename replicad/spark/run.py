@@ -87,19 +87,24 @@ def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
     """`replicad spark verify`: every lake table `spark.tables` takes, compared with MySQL."""
     from replicad.spark.jobs import Source
     from replicad.spark.session import build_session
+    from replicad.spark.table_format import session_conf
     from replicad.spark.verify import Verifier, jdbc_driver
 
     try:
         Source.of(config)
         password = config.source.resolve_password()
         driver = jdbc_driver(config, password)  # its jar must be there before Spark starts
+        lake_conf = session_conf(config)  # Delta's jars and extensions, for a Delta lake
     except ReplicadError as exc:
         print(f"replicad spark verify: {exc}", file=sys.stderr)
         return exit_code(exc)
     spark = build_session(
         master or config.spark.master,
         f"replicad-verify-{config.pipeline}",
-        conf={"spark.jars": str(driver.jar)},
+        conf={
+            **lake_conf,
+            "spark.jars": ",".join(filter(None, [lake_conf.get("spark.jars"), str(driver.jar)])),
+        },
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
