@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.test_primary_restart import PrivateMariaDB
-from tests.faults.test_promoted_replica import _repeated, _writes, chain, db  # noqa: F401
+from tests.faults.test_promoted_replica import chain, db  # noqa: F401 (fixtures)
 from tests.helpers.daemon_process import DaemonProcess, wait_for
+from tests.helpers.failover import repeated, write
 from tests.helpers.mariadb_chain import caught_up, kill, promote
 from tests.helpers.mariadb_run import assert_converged
 
@@ -42,7 +43,7 @@ def test_discovery_names_the_promoted_replica(chain, db: str, tmp_path: Path) ->
     replicad = _replicad(tmp_path, primary, answer)
     replicad.start()
     try:
-        _writes(primary, db, transactions=40, seed=11)
+        write(primary, db, transactions=40, seed=11)
         caught_up(replica, primary)
         kill(primary)
         # A broken answer keeps the last list: replicad goes on trying the dead primary.
@@ -51,7 +52,7 @@ def test_discovery_names_the_promoted_replica(chain, db: str, tmp_path: Path) ->
         assert replicad.count("source_failover") == 0
         promote(replica)
         answer.write_text(f"127.0.0.1:{replica.port}\n")
-        _writes(replica, db, transactions=40, seed=12)
+        write(replica, db, transactions=40, seed=12)
         conn = replica.connect()
         try:
             assert_converged(replicad, conn, db, timeout=60)  # type: ignore[arg-type]
@@ -67,6 +68,6 @@ def test_discovery_names_the_promoted_replica(chain, db: str, tmp_path: Path) ->
     failovers = [e for e in events if e["event"] == "source_failover"]
     assert [(e["host"], e["port"]) for e in failovers] == [("127.0.0.1", replica.port)]
     assert failovers[0]["previous"] == f"127.0.0.1:{primary.port}"
-    assert _repeated(replicad.changes(), db) == 0
+    assert repeated(replicad.changes(), db) == 0
     gtids = {c["source"]["gtid"] for c in replicad.changes() if c["source"]["db"] == db}
     assert any(g.startswith("0-2-") for g in gtids), "no row written on the promoted replica"

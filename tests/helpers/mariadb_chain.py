@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.faults.test_primary_restart import PrivateMariaDB
 from tests.helpers.daemon_process import wait_for
+from tests.helpers.failover import scalar
 from tests.helpers.ports import free_port_block
 
 
@@ -19,17 +20,6 @@ def private_mariadb(state: Path, *, server_id: int, replica: bool) -> PrivateMar
     # A replica's binlog must hold the primary's GTIDs to be able to serve them once promoted.
     server.env["REPLICAD_MARIADB_LOG_SLAVE_UPDATES"] = "ON" if replica else "OFF"
     return server
-
-
-def scalar(server: PrivateMariaDB, sql: str) -> str:
-    conn = server.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            row = cur.fetchone()
-            return "" if row is None or row[0] is None else str(row[0])
-    finally:
-        conn.close()
 
 
 def follow(replica: PrivateMariaDB, primary: PrivateMariaDB) -> None:

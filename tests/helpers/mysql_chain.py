@@ -20,6 +20,7 @@ from pathlib import Path
 import pymysql
 
 from tests.helpers.daemon_process import wait_for
+from tests.helpers.failover import scalar
 from tests.helpers.mysql import MYSQL_FS_ROOT
 from tests.helpers.ports import free_port_block
 
@@ -125,17 +126,6 @@ class PrivateMySQL:
             except subprocess.TimeoutExpired:
                 self.kill()
         shutil.rmtree(self._host_home, ignore_errors=True)
-
-
-def scalar(server: PrivateMySQL, sql: str) -> str:
-    conn = server.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            row = cur.fetchone()
-            return "" if row is None or row[0] is None else str(row[0])
-    finally:
-        conn.close()
 
 
 def _execute(server: PrivateMySQL, *statements: str) -> None:

@@ -8,33 +8,20 @@ ALTER between them (a new column merged into the table's schema) and a TRUNCATE.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import wait_caught_up
-from tests.integration.test_spark_open_lake import _acc_pipeline, _insert
+from tests.integration.test_spark_open_lake import _acc_pipeline, _insert, _spark_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def _changes_once(config: Path, log: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "replicad.cli", "spark", "changes", "-c", str(config),
-         "--master", "local[2]", "--once"],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
-    with log.open("ab") as out:
-        out.write(result.stderr)
+    result = _spark_cli(config, log, "changes", "--master", "local[2]", "--once")
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
 
 

@@ -73,26 +73,7 @@ def _delta_rows(
 
 
 def _materialize_once(config: Path, log: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replicad.cli",
-            "spark",
-            "materialize",
-            "-c",
-            str(config),
-            "--master",
-            "local[2]",
-            "--once",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
-    with log.open("ab") as out:
-        out.write(result.stderr)
+    result = _spark_cli(config, log, "materialize", "--master", "local[2]", "--once")
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
 
 
@@ -286,13 +267,17 @@ def test_records_removed_while_the_job_was_down_fail_the_query(db, kafka, tmp_pa
         assert replicad.stop() == 0
 
 
-def _spark_cli(config: Path, log: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+def _spark_cli(
+    config: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """`replicad spark ARGS -c CONFIG` (the job's log appended to `log`), in `env` (else this
+    process's) with the workers on this interpreter."""
     result = subprocess.run(
         [sys.executable, "-m", "replicad.cli", "spark", *args, "-c", str(config)],
         cwd=ROOT,
         capture_output=True,
         timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**(env or os.environ), "PYSPARK_PYTHON": sys.executable},
     )
     with log.open("ab") as out:
         out.write(result.stderr)

@@ -10,40 +10,25 @@ Delta forgets deleted keys, so a key only MySQL has is settled by a second round
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
-from tests.integration.test_spark_open_lake import _acc_pipeline, _insert, _materialize_once
+from tests.integration.test_spark_open_lake import (
+    _acc_pipeline,
+    _insert,
+    _materialize_once,
+    _spark_cli,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def _verify(replicad: KafkaReplicad, log: Path) -> tuple[int, dict]:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replicad.cli",
-            "spark",
-            "verify",
-            "-c",
-            str(replicad.config),
-            "--master",
-            "local[2]",
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=600,
-        env={**replicad.env, "PYSPARK_PYTHON": sys.executable},
+    result = _spark_cli(
+        replicad.config, log, "verify", "--master", "local[2]", "--json", env=replicad.env
     )
-    with log.open("ab") as out:
-        out.write(result.stderr)
     assert result.returncode in (0, 1), result.stderr.decode(errors="replace")[-4000:]
     (report,) = json.loads(result.stdout)["tables"]
     return result.returncode, report
