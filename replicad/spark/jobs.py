@@ -52,6 +52,7 @@ class Source:
     topics: TopicNames
     schema_topic: str
     security: dict[str, str] = field(repr=False)  # may hold sinks.kafka.sasl's password
+    registry_url: str | None = None  # spark.schema_registry_url: for Avro topics
 
     @classmethod
     def of(cls, config: Config) -> Source:
@@ -68,7 +69,13 @@ class Source:
                 key="sinks.kafka.schema_topic",
             )
         security = {k: str(v) for k, v in shared_settings(kafka).items()}
-        return cls(kafka.bootstrap_servers, names, names.expand(kafka.schema_topic), security)
+        return cls(
+            kafka.bootstrap_servers,
+            names,
+            names.expand(kafka.schema_topic),
+            security,
+            config.spark.schema_registry_url,
+        )
 
     def options(self, table: str) -> dict[str, str]:
         db, _, name = table.partition(".")
@@ -79,6 +86,7 @@ class Source:
             "table": table,
             "topic": topic,
             "schemaTopic": self.schema_topic,
+            **({"schemaRegistryUrl": self.registry_url} if self.registry_url else {}),
         }
 
     def tables(self) -> list[str]:

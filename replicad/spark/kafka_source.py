@@ -12,7 +12,9 @@ Options (the Kafka ones named as Spark's Kafka source names them):
 - `table` (required): `db.table`;
 - `prefix`: the pipeline's `sinks.kafka.prefix`, for the default topic names;
 - `topic` (default `{prefix}.{db}.{table}`), `schemaTopic` (default `{prefix}.schema`);
-- `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`.
+- `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`;
+- `schemaRegistryUrl`: the registry of an Avro topic (`envelope.format: avro`); JSON topics
+  need none.
 Offsets of a streaming query are kept in Spark's checkpoint, not in Kafka.
 
 Reads are read_committed: a partition ends at its last stable offset (before the first record
@@ -39,6 +41,7 @@ from pyspark.sql.types import StructType
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ReplicadError
 from replicad.published.kafka_clients import kafka_client
+from replicad.published.message_values import MessageDecoder
 from replicad.published.topics import DEFAULT_SCHEMA_TOPIC, DEFAULT_TABLE_TOPIC, TopicNames
 from replicad.spark.types import change_row, change_schema, row_converter, row_struct
 
@@ -78,6 +81,7 @@ class Settings:
     schema_topic: str
     starting: str
     max_per_trigger: int | None
+    registry_url: str | None = None
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Settings:
@@ -115,7 +119,19 @@ class Settings:
                 option="kafka.isolation.level",
                 value=isolation,
             )
-        return cls(consumer, db, name, topic, schema_topic, starting, int(limit) if limit else None)
+        return cls(
+            consumer,
+            db,
+            name,
+            topic,
+            schema_topic,
+            starting,
+            int(limit) if limit else None,
+            options.get("schemaregistryurl") or None,
+        )
+
+    def decoder(self) -> MessageDecoder:
+        return MessageDecoder(self.registry_url, "spark.schema_registry_url")
 
     def open(self) -> Consumer:
         return kafka_client(
@@ -278,11 +294,13 @@ class _Rows:
 
     def read(self, part: TopicRange) -> Iterator[tuple]:
         convert = row_converter(self.struct)
+        decoder = self.settings.decoder()
         for message in messages(self.settings, part):
             value = message.value()
             if value is None:
                 continue  # a tombstone: the delete before it is the change
-            envelope = orjson.loads(value)
+            offset = _offset(message)
+            envelope = decoder.value(value, part.topic, part.partition, offset)
             source = envelope["source"]
             if (source.get("db"), source.get("table")) != (self.settings.db, self.settings.table):
                 continue  # a topic template shared by tables ({prefix}.{db}): not this one
@@ -293,17 +311,17 @@ class _Rows:
                     "DDL after the start, or a schema topic read short): start it again",
                     topic=part.topic,
                     partition=part.partition,
-                    offset=_offset(message),
+                    offset=offset,
                     version=version,
                 )
             key = message.key()
             yield change_row(
                 envelope,
-                None if key is None else key.decode(),
+                None if key is None else decoder.key_text(key, part.topic, part.partition, offset),
                 convert,
                 part.topic,
                 part.partition,
-                _offset(message),
+                offset,
             )
 
 

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -41,6 +40,7 @@ from pyspark.sql.types import StructType
 from replicad.config import Config
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ConfigError
+from replicad.published.message_values import MessageDecoder
 from replicad.spark.complete import Completeness, batch_end
 from replicad.spark.cut import Point, commit_metadata
 from replicad.spark.jobs import Materialize
@@ -149,7 +149,9 @@ def kafka_changes(
     db, _, table = options["table"].partition(".")
     # A plain Python UDF, one record at a time: mapInArrow would hand over whole Arrow
     # batches, but PySpark 4.2 refuses it without pandas, which replicad does not install.
-    typed = F.udf(_Typer(schema, db, table, {v.version for v in versions}), schema)
+    decoder = MessageDecoder(options.get("schemaRegistryUrl"), "spark.schema_registry_url")
+    typer = _Typer(schema, db, table, {v.version for v in versions}, decoder)
+    typed = F.udf(typer, schema)
     raw = reader.load()
     change = typed("key", "value", "topic", "partition", "offset").alias("change")
     return raw.select(change).filter(F.col("change").isNotNull()).select("change.*")
@@ -159,11 +161,14 @@ class _Typer:
     """One Kafka record to a change row (None: a tombstone or another table's record), on
     the Python workers, as `replicad-kafka` types it (replicad/spark/kafka_source.py)."""
 
-    def __init__(self, schema: StructType, db: str, table: str, known: set[str]) -> None:
+    def __init__(
+        self, schema: StructType, db: str, table: str, known: set[str], decoder: MessageDecoder
+    ) -> None:
         self.schema = schema
         self.db = db
         self.table = table
         self.known = known
+        self.decoder = decoder
         self._convert: RowConvert | None = None
 
     def __call__(
@@ -171,7 +176,7 @@ class _Typer:
     ) -> tuple | None:
         if value is None:
             return None  # a tombstone: the delete before it is the change
-        envelope = orjson.loads(value)
+        envelope = self.decoder.value(value, topic, partition, offset)
         source = envelope["source"]
         if (source.get("db"), source.get("table")) != (self.db, self.table):
             return None  # a topic template shared by tables
@@ -191,7 +196,7 @@ class _Typer:
             self._convert = row_converter(after)
         return change_row(
             envelope,
-            None if key is None else bytes(key).decode(),
+            None if key is None else self.decoder.key_text(key, topic, partition, offset),
             self._convert,
             topic,
             partition,
