@@ -1,0 +1,317 @@
+"""The readers of the published stream on Avro topics (issue 35, item 1): the invalidator reads
+an Avro copy of a change topic exactly as it reads the JSON original.
+
+The JSON original is the daemon's own: MariaDB's all-types table (tests/helpers/all_types.py)
+written by `replicad run` with `envelope.values: debezium`, `time_precision_mode: connect` and
+`schemas_enable: true`, so that each message carries its Kafka Connect schema. The Avro copy is
+what Confluent's AvroConverter would make of each message, built here independently of the
+readers' code: the Avro schema from the message's Connect schema (sinks/avro_schema.py), the
+values from its payload with Connect's base64 of bytes (BYTES fields and Decimal's unscaled
+bytes) decoded (Date, Time and Timestamp are ints in both forms), serialized by confluent-kafka's
+AvroSerializer into the registry (topic-name strategy) and produced at the same partition and
+in the same order. The oracle: the invalidator's Redis effects (the keys it PUBLISHes, one
+template per column so that every value kind shapes a key) are the same for both topics.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Producer
+
+from replicad.sinks.avro_schema import avro_from_connect
+from tests.helpers.all_types import ALL_TYPES, COLUMNS, random_literal
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.invalidate import (
+    InvalidatorProcess,
+    PrivateRedis,
+    committed,
+    execute,
+    topic_ends,
+)
+from tests.helpers.kafka_helpers import Record, consume_all, create_topics
+from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
+
+pytestmark = pytest.mark.integration
+
+schema_registry = pytest.importorskip(
+    "confluent_kafka.schema_registry", reason="the test extra (confluent-kafka[avro]) is missing"
+)
+avro = pytest.importorskip("confluent_kafka.schema_registry.avro")
+serialization = pytest.importorskip("confluent_kafka.serialization")
+
+ENVELOPE_YAML = (
+    "envelope: {values: debezium, time_precision_mode: connect,"
+    " bigint_unsigned_handling_mode: precise, schemas_enable: true}\n"
+)
+# time.precision.mode=connect holds a TIME of 00:00:00-24:00:00 only (the daemon refuses others)
+TIMES = ["'00:00:00'", "'23:59:59.999999'", "'12:00:00.5'", "NULL"]
+ROWS = 40
+
+
+def _literal(column: str, rng: random.Random) -> str:
+    return rng.choice(TIMES) if column == "tm" else str(random_literal(column, rng))
+
+
+def _write(conn: Any, db: str, rng: random.Random) -> None:
+    """Inserts, updates of every column and deletes: before and after images of each kind."""
+    statements = []
+    for i in range(1, ROWS + 1):
+        values = ", ".join(_literal(c, rng) for c in COLUMNS)
+        statements.append(f"INSERT INTO `{db}`.t (id, {', '.join(COLUMNS)}) VALUES ({i}, {values})")
+    for i in range(1, ROWS + 1, 3):
+        sets = ", ".join(f"{c} = {_literal(c, rng)}" for c in COLUMNS)
+        statements.append(f"UPDATE `{db}`.t SET {sets} WHERE id = {i}")
+    statements.append(f"DELETE FROM `{db}`.t WHERE id > {ROWS - 5}")
+    execute(conn, *statements)
+
+
+# ---------------------------------------------------------------------- the Avro copy
+
+
+def _named_records(schema: Any, found: dict[str, Any]) -> dict[str, Any]:
+    """Every record the schema defines, by full name (later uses refer to it by that name)."""
+    if isinstance(schema, list):
+        for branch in schema:
+            _named_records(branch, found)
+    elif isinstance(schema, dict) and schema.get("type") == "record":
+        space = schema.get("namespace")
+        found[f"{space}.{schema['name']}" if space else schema["name"]] = schema
+        for field in schema["fields"]:
+            _named_records(field["type"], found)
+    elif isinstance(schema, dict) and schema.get("type") == "array":
+        _named_records(schema["items"], found)
+    return found
+
+
+def _avro_value(schema: Any, value: Any, named: dict[str, Any]) -> Any:
+    """A Connect JSON payload value as AvroSerializer takes it: Connect's JSON writes a BYTES
+    value (a Decimal's too: its unscaled bytes) as base64; every other value is the same in
+    both forms (fastavro takes ints for the date and time logical types)."""
+    if value is None:
+        return None
+    if isinstance(schema, list):
+        return _avro_value(next(b for b in schema if b != "null"), value, named)
+    if isinstance(schema, str):
+        schema = named.get(schema, {"type": schema})
+    kind = schema["type"]
+    if kind == "record":
+        return {
+            f["name"]: _avro_value(f["type"], value.get(f["name"]), named) for f in schema["fields"]
+        }
+    if kind == "array":
+        return [_avro_value(schema["items"], v, named) for v in value]
+    if kind == "bytes":
+        return base64.b64decode(value)
+    return value
+
+
+class AvroCopier:
+    """Produces an Avro copy of JSON-with-schema messages, as the AvroConverter would."""
+
+    def __init__(self, kafka: str, registry: str) -> None:
+        self.client = schema_registry.SchemaRegistryClient({"url": registry})
+        self.producer = Producer({"bootstrap.servers": kafka})
+        self.serializers: dict[str, Any] = {}
+
+    def _serialize(self, wrapped: bytes | None, topic: str, key: bool) -> bytes | None:
+        if wrapped is None:
+            return None
+        message = json.loads(wrapped)
+        schema = avro_from_connect(message["schema"])
+        text = json.dumps(schema)
+        serializer = self.serializers.get(text)
+        if serializer is None:
+            serializer = self.serializers[text] = avro.AvroSerializer(self.client, text)
+        field = serialization.MessageField.KEY if key else serialization.MessageField.VALUE
+        value = _avro_value(schema, message["payload"], _named_records(schema, {}))
+        data: bytes = serializer(value, serialization.SerializationContext(topic, field))
+        return data
+
+    def copy(self, record: Record, topic: str) -> None:
+        key = self._serialize(record.key, topic, key=True)
+        value = self._serialize(record.value, topic, key=False)
+        self.producer.produce(topic, value, key, partition=record.partition)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+
+# ---------------------------------------------------------------------- the invalidator
+
+
+def _rules(db: str, channel: str) -> str:
+    keys = ", ".join(f"'{c}:{{id}}:{{{c}}}'" for c in COLUMNS)
+    return (
+        "  rules:\n"
+        f"    - table: '{db}\\.t'\n"
+        f"      keys: [{keys}]\n"
+        "      action: publish\n"
+        f"      channel: '{channel}'\n"
+    )
+
+
+def _config(base: Path, into: Path, prefix: str, section: str) -> Path:
+    """The daemon's config with another prefix and this invalidate section."""
+    text = base.read_text()
+    original = next(line for line in text.splitlines() if "prefix:" in line)
+    into.write_text(
+        text.replace(original, original.split("prefix:")[0] + f"prefix: {prefix}") + section
+    )
+    return into
+
+
+class Notices(threading.Thread):
+    """The keys of every PUBLISH on the test's channels, in order, by channel."""
+
+    def __init__(self, port: int, pattern: str) -> None:
+        super().__init__(daemon=True)
+        self.pubsub = redis.Redis(port=port).pubsub(ignore_subscribe_messages=True)
+        self.pubsub.psubscribe(pattern)
+        self.seen: dict[str, list[str]] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            message = self.pubsub.get_message(timeout=0.2)
+            if message is not None:
+                channel = message["channel"].decode()
+                keys = json.loads(message["data"])["keys"]  # one notice per batch
+                self.seen.setdefault(channel, []).extend(keys)
+
+
+def _all_committed(kafka: str, group: str, topic: str, ends: dict[int, int]) -> bool:
+    return committed(kafka, group, topic, sorted(ends)) == ends
+
+
+def test_invalidator_applies_the_same_redis_effects_to_avro_as_to_json(
+    db, kafka, registry, tmp_path
+) -> None:
+    conn, name = db
+    execute(conn, f"USE `{name}`", ALL_TYPES)
+    json_prefix = f"aj{uuid.uuid4().hex[:8]}"
+    avro_prefix = f"aa{uuid.uuid4().hex[:8]}"
+    replicad = KafkaReplicad(
+        tmp_path / "replicad",
+        server_id=7431,
+        prefix=json_prefix,
+        kafka=kafka,
+        db=name,
+        extra_yaml=ENVELOPE_YAML,
+    )
+    replicad.start()
+    try:
+        _write(conn, name, random.Random(35))
+        wait_caught_up(replicad)
+    finally:
+        assert replicad.stop() == 0
+    records = consume_all(kafka, f"^{json_prefix}\\..*")
+    table_topic = f"{json_prefix}.{name}.t"
+    changes = [r for r in records if r.topic == table_topic]
+    assert len(changes) >= ROWS + ROWS // 3
+
+    copier = AvroCopier(kafka, registry)
+    names = {r.topic: avro_prefix + r.topic[len(json_prefix) :] for r in records}
+    partitions = max(r.partition for r in records) + 1
+    create_topics(kafka, sorted(set(names.values())), partitions=partitions)
+    for record in records:
+        if record.topic == table_topic:
+            copier.copy(record, names[record.topic])
+        else:  # the schema topic stays JSON
+            copier.producer.produce(
+                names[record.topic], record.value, record.key, partition=record.partition
+            )
+    copier.flush()
+    avro_topic = names[table_topic]
+    first = consume_all(kafka, avro_topic)[0]
+    assert first.value is not None and first.value[0] == 0  # Confluent's wire format
+
+    cache = PrivateRedis(tmp_path / "redis")
+    cache.up()
+    notices = Notices(cache.port, "rows:*")
+    notices.start()
+    redis_yaml = f"  redis: {{url: 'redis://127.0.0.1:{cache.port}/0'}}\n"
+    runs = {}
+    try:
+        for kind, prefix, topic, extra in (
+            ("json", json_prefix, table_topic, ""),
+            ("avro", avro_prefix, avro_topic, f"  schema_registry_url: '{registry}'\n"),
+        ):
+            group = f"inv-{kind}-{prefix}"
+            section = f"invalidate:\n  group_id: {group}\n{extra}{redis_yaml}" + _rules(
+                name, f"rows:{kind}"
+            )
+            config = _config(replicad.config, tmp_path / f"{kind}.yaml", prefix, section)
+            process = InvalidatorProcess(config, tmp_path / f"{kind}.log")
+            process.start()
+            runs[kind] = process
+            ends = topic_ends(kafka, topic)
+            wait_for(
+                lambda g=group, t=topic, e=ends: _all_committed(kafka, g, t, e),
+                60,
+                f"{kind} committed",
+            )
+        time.sleep(0.5)  # the last notices reach the subscriber
+    finally:
+        for process in runs.values():
+            assert process.stop() == 0, process.log.read_text()[-3000:]
+        notices.done.set()
+        notices.join(5)
+        cache.down()
+    from_json, from_avro = notices.seen.get("rows:json", []), notices.seen.get("rows:avro", [])
+    assert len(from_json) > 10 * ROWS
+    kinds = Counter(key.split(":")[0] for key in from_json)
+    assert set(kinds) == set(COLUMNS)  # every column shaped keys
+    assert from_avro == from_json
+
+
+def test_an_avro_topic_without_a_registry_stops_the_invalidator_with_78(
+    db, kafka, registry, tmp_path
+) -> None:
+    _conn, name = db
+    prefix = f"an{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.{name}.t"
+    create_topics(kafka, [topic])
+    copier = AvroCopier(kafka, registry)
+    schema = {
+        "type": "struct",
+        "name": "k.Key",
+        "optional": False,
+        "fields": [{"field": "id", "type": "int32", "optional": False}],
+    }
+    envelope = {"schema": schema, "payload": {"id": 7}}
+    text = json.dumps(envelope).encode()
+    copier.copy(Record(topic, 0, 0, None, text), topic)
+    copier.flush()
+    cache = PrivateRedis(tmp_path / "redis")
+    cache.up()
+    section = (
+        f"invalidate:\n  group_id: inv-{prefix}\n"
+        f"  redis: {{url: 'redis://127.0.0.1:{cache.port}/0'}}\n"
+        f"  rules: [{{table: '{name}\\.t', keys: ['k:{{id}}']}}]\n"
+    )
+    daemon = KafkaReplicad(
+        tmp_path / "r", server_id=7432, prefix=prefix, kafka=kafka, extra_yaml=section
+    )
+    config = daemon.config  # (the daemon itself is not started)
+    process = InvalidatorProcess(config, tmp_path / "invalidate.log")
+    process.start()
+    assert process.proc is not None
+    try:
+        status = process.proc.wait(60)
+    finally:
+        cache.down()
+    log = process.log.read_text()
+    assert status == 78, log[-3000:]
+    assert "invalidate.schema_registry_url" in log
+    assert f"topic={topic}" in log and "partition=0" in log and "offset=0" in log
