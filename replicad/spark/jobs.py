@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from replicad.config import Config
+from replicad.consumers.debezium_exact import DebeziumForm
 from replicad.consumers.typed import TypedSchema
 from replicad.errors import ConfigError, ReplicadError
 from replicad.published.kafka_clients import shared_settings
@@ -53,6 +54,7 @@ class Source:
     schema_topic: str
     security: dict[str, str] = field(repr=False)  # may hold sinks.kafka.sasl's password
     registry_url: str | None = None  # spark.schema_registry_url: for Avro topics
+    values: dict[str, str] = field(default_factory=dict)  # envelope.values and its options
 
     @classmethod
     def of(cls, config: Config) -> Source:
@@ -75,6 +77,7 @@ class Source:
             names.expand(kafka.schema_topic),
             security,
             config.spark.schema_registry_url,
+            _value_options(config),
         )
 
     def options(self, table: str) -> dict[str, str]:
@@ -87,6 +90,7 @@ class Source:
             "topic": topic,
             "schemaTopic": self.schema_topic,
             **({"schemaRegistryUrl": self.registry_url} if self.registry_url else {}),
+            **self.values,
         }
 
     def tables(self) -> list[str]:
@@ -114,6 +118,18 @@ class Source:
                 if record.get("type") == "table":
                     found.add(f"{record['db']}.{record['table']}")
         return sorted(found)
+
+
+def _value_options(config: Config) -> dict[str, str]:
+    """`replicad-kafka`'s envelopeValues and debezium.* options for the daemon's envelope."""
+    envelope = config.envelope
+    if envelope.values != "debezium":
+        return {}
+    names = DebeziumForm.__dataclass_fields__
+    return {
+        "envelopeValues": "debezium",
+        **{f"debezium.{name}": str(getattr(envelope, name)) for name in names},
+    }
 
 
 class TableJob:

@@ -14,7 +14,11 @@ Options (the Kafka ones named as Spark's Kafka source names them):
 - `topic` (default `{prefix}.{db}.{table}`), `schemaTopic` (default `{prefix}.schema`);
 - `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`;
 - `schemaRegistryUrl`: the registry of an Avro topic (`envelope.format: avro`); JSON topics
-  need none.
+  need none;
+- `envelopeValues`: `exact` (default) or `debezium` (the daemon's `envelope.values`; Avro
+  topics are `debezium`), with `debezium.<option>` for each of `envelope`'s Debezium options
+  the daemon was given (`debezium.time_precision_mode`, ...): values are read back into the
+  exact form the types expect (consumers/debezium_exact.py).
 Offsets of a streaming query are kept in Spark's checkpoint, not in Kafka.
 
 Reads are read_committed: a partition ends at its last stable offset (before the first record
@@ -38,6 +42,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from replicad.consumers.debezium_exact import DebeziumForm, EnvelopeToExact
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ReplicadError
 from replicad.published.kafka_clients import kafka_client
@@ -82,6 +87,7 @@ class Settings:
     starting: str
     max_per_trigger: int | None
     registry_url: str | None = None
+    form: DebeziumForm | None = None  # None: the exact value mode
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Settings:
@@ -128,6 +134,7 @@ class Settings:
             starting,
             int(limit) if limit else None,
             options.get("schemaregistryurl") or None,
+            value_form(options),
         )
 
     def decoder(self) -> MessageDecoder:
@@ -144,6 +151,24 @@ class Settings:
                 "auto.offset.reset": "earliest",
             },
         )
+
+
+def value_form(options: dict[str, str]) -> DebeziumForm | None:
+    """The Debezium options of `envelopeValues: debezium` (None for exact), from options
+    whose names are lower case."""
+    values = options.get("envelopevalues", "exact")
+    if values == "exact":
+        return None
+    if values != "debezium":
+        raise SparkSourceError("envelopeValues is exact or debezium", value=values)
+    fields = DebeziumForm.__dataclass_fields__
+    given = {
+        k.removeprefix("debezium."): v for k, v in options.items() if k.startswith("debezium.")
+    }
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise SparkSourceError("unknown Debezium options", options=unknown)
+    return DebeziumForm(**given)
 
 
 def messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
@@ -291,6 +316,7 @@ class _Rows:
         self.settings = settings
         self.known = {v.version for v in versions}
         self.struct = struct
+        self.to_exact = None if settings.form is None else EnvelopeToExact(versions, settings.form)
 
     def read(self, part: TopicRange) -> Iterator[tuple]:
         convert = row_converter(self.struct)
@@ -314,6 +340,8 @@ class _Rows:
                     offset=offset,
                     version=version,
                 )
+            if self.to_exact is not None:
+                envelope = self.to_exact(envelope)
             key = message.key()
             yield change_row(
                 envelope,

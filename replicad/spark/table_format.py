@@ -38,13 +38,14 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
 from replicad.config import Config
+from replicad.consumers.debezium_exact import EnvelopeToExact
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ConfigError
 from replicad.published.message_values import MessageDecoder
 from replicad.spark.complete import Completeness, batch_end
 from replicad.spark.cut import Point, commit_metadata
 from replicad.spark.jobs import Materialize
-from replicad.spark.kafka_source import ReplicadKafkaSource
+from replicad.spark.kafka_source import ReplicadKafkaSource, value_form
 from replicad.spark.lake import (
     DELETED,
     FILE,
@@ -150,7 +151,9 @@ def kafka_changes(
     # A plain Python UDF, one record at a time: mapInArrow would hand over whole Arrow
     # batches, but PySpark 4.2 refuses it without pandas, which replicad does not install.
     decoder = MessageDecoder(options.get("schemaRegistryUrl"), "spark.schema_registry_url")
-    typer = _Typer(schema, db, table, {v.version for v in versions}, decoder)
+    form = value_form({k.lower(): v for k, v in options.items()})
+    to_exact = None if form is None else EnvelopeToExact(versions, form)
+    typer = _Typer(schema, db, table, {v.version for v in versions}, decoder, to_exact)
     typed = F.udf(typer, schema)
     raw = reader.load()
     change = typed("key", "value", "topic", "partition", "offset").alias("change")
@@ -162,13 +165,20 @@ class _Typer:
     the Python workers, as `replicad-kafka` types it (replicad/spark/kafka_source.py)."""
 
     def __init__(
-        self, schema: StructType, db: str, table: str, known: set[str], decoder: MessageDecoder
+        self,
+        schema: StructType,
+        db: str,
+        table: str,
+        known: set[str],
+        decoder: MessageDecoder,
+        to_exact: EnvelopeToExact | None,
     ) -> None:
         self.schema = schema
         self.db = db
         self.table = table
         self.known = known
         self.decoder = decoder
+        self.to_exact = to_exact
         self._convert: RowConvert | None = None
 
     def __call__(
@@ -190,6 +200,8 @@ class _Typer:
                 offset=offset,
                 version=version,
             )
+        if self.to_exact is not None:
+            envelope = self.to_exact(envelope)
         if self._convert is None:  # built on the worker, once per deserialized copy
             after = self.schema["after"].dataType
             assert isinstance(after, StructType)

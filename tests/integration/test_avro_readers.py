@@ -16,15 +16,21 @@ template per column so that every value kind shapes a key) are the same for both
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import random
+import re
+import struct
 import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+import pymysql
 import pytest
 import redis
 from confluent_kafka import Producer
@@ -41,6 +47,7 @@ from tests.helpers.invalidate import (
 )
 from tests.helpers.kafka_helpers import Record, consume_all, create_topics
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
+from tests.integration.test_spark_open_lake import _jars, _materialize_once
 
 pytestmark = pytest.mark.integration
 
@@ -63,14 +70,14 @@ def _literal(column: str, rng: random.Random) -> str:
     return rng.choice(TIMES) if column == "tm" else str(random_literal(column, rng))
 
 
-def _write(conn: Any, db: str, rng: random.Random) -> None:
+def _write(conn: Any, db: str, columns: list[str], rng: random.Random) -> None:
     """Inserts, updates of every column and deletes: before and after images of each kind."""
     statements = []
     for i in range(1, ROWS + 1):
-        values = ", ".join(_literal(c, rng) for c in COLUMNS)
-        statements.append(f"INSERT INTO `{db}`.t (id, {', '.join(COLUMNS)}) VALUES ({i}, {values})")
+        values = ", ".join(_literal(c, rng) for c in columns)
+        statements.append(f"INSERT INTO `{db}`.t (id, {', '.join(columns)}) VALUES ({i}, {values})")
     for i in range(1, ROWS + 1, 3):
-        sets = ", ".join(f"{c} = {_literal(c, rng)}" for c in COLUMNS)
+        sets = ", ".join(f"{c} = {_literal(c, rng)}" for c in columns)
         statements.append(f"UPDATE `{db}`.t SET {sets} WHERE id = {i}")
     statements.append(f"DELETE FROM `{db}`.t WHERE id > {ROWS - 5}")
     execute(conn, *statements)
@@ -194,48 +201,77 @@ def _all_committed(kafka: str, group: str, topic: str, ends: dict[int, int]) -> 
     return committed(kafka, group, topic, sorted(ends)) == ends
 
 
-def test_invalidator_applies_the_same_redis_effects_to_avro_as_to_json(
-    db, kafka, registry, tmp_path
-) -> None:
+@dataclass
+class Published:
+    """The daemon's JSON-with-schema original and its copies, by kind: "json" (the original),
+    "payload" (JSON without the schema, the form the Spark readers take) and "avro"."""
+
+    config: Path  # the daemon's, for the readers' configs
+    prefixes: dict[str, str]
+    table_topics: dict[str, str]
+
+
+def _publish_and_copy(
+    db: Any, kafka: str, registry: str, tmp_path: Path, without: str | None = None
+) -> Published:
+    """The all-types table published and copied; `without` a column."""
     conn, name = db
-    execute(conn, f"USE `{name}`", ALL_TYPES)
-    json_prefix = f"aj{uuid.uuid4().hex[:8]}"
-    avro_prefix = f"aa{uuid.uuid4().hex[:8]}"
+    create = (
+        ALL_TYPES if without is None else re.sub(rf"\b{without} [A-Z]+(\(\d+\))?,", "", ALL_TYPES)
+    )
+    columns = [c for c in COLUMNS if c != without]
+    execute(conn, f"USE `{name}`", create)
+    prefixes = {kind: f"a{kind[0]}{uuid.uuid4().hex[:8]}" for kind in ("json", "payload", "avro")}
     replicad = KafkaReplicad(
         tmp_path / "replicad",
         server_id=7431,
-        prefix=json_prefix,
+        prefix=prefixes["json"],
         kafka=kafka,
         db=name,
         extra_yaml=ENVELOPE_YAML,
     )
     replicad.start()
     try:
-        _write(conn, name, random.Random(35))
+        _write(conn, name, columns, random.Random(35))
         wait_caught_up(replicad)
     finally:
         assert replicad.stop() == 0
-    records = consume_all(kafka, f"^{json_prefix}\\..*")
-    table_topic = f"{json_prefix}.{name}.t"
-    changes = [r for r in records if r.topic == table_topic]
-    assert len(changes) >= ROWS + ROWS // 3
+    records = consume_all(kafka, f"^{prefixes['json']}\\..*")
+    table_topic = f"{prefixes['json']}.{name}.t"
+    assert len([r for r in records if r.topic == table_topic]) >= ROWS + ROWS // 3
 
     copier = AvroCopier(kafka, registry)
-    names = {r.topic: avro_prefix + r.topic[len(json_prefix) :] for r in records}
     partitions = max(r.partition for r in records) + 1
-    create_topics(kafka, sorted(set(names.values())), partitions=partitions)
-    for record in records:
-        if record.topic == table_topic:
-            copier.copy(record, names[record.topic])
-        else:  # the schema topic stays JSON
-            copier.producer.produce(
-                names[record.topic], record.value, record.key, partition=record.partition
-            )
+    topics = {"json": table_topic}
+    for kind in ("payload", "avro"):
+        names = {r.topic: prefixes[kind] + r.topic[len(prefixes["json"]) :] for r in records}
+        create_topics(kafka, sorted(set(names.values())), partitions=partitions)
+        topics[kind] = names[table_topic]
+        for record in records:
+            if record.topic != table_topic:  # the schema topic stays JSON
+                copier.producer.produce(
+                    names[record.topic], record.value, record.key, partition=record.partition
+                )
+            elif kind == "avro":
+                copier.copy(record, names[record.topic])
+            else:
+                key, value = (_payload(x) for x in (record.key, record.value))
+                copier.producer.produce(names[record.topic], value, key, partition=record.partition)
     copier.flush()
-    avro_topic = names[table_topic]
-    first = consume_all(kafka, avro_topic)[0]
+    first = consume_all(kafka, topics["avro"])[0]
     assert first.value is not None and first.value[0] == 0  # Confluent's wire format
+    return Published(replicad.config, prefixes, topics)
 
+
+def _payload(wrapped: bytes | None) -> bytes | None:
+    return None if wrapped is None else orjson.dumps(orjson.loads(wrapped)["payload"])
+
+
+def test_invalidator_applies_the_same_redis_effects_to_avro_as_to_json(
+    db, kafka, registry, tmp_path
+) -> None:
+    name = db[1]
+    published = _publish_and_copy(db, kafka, registry, tmp_path)
     cache = PrivateRedis(tmp_path / "redis")
     cache.up()
     notices = Notices(cache.port, "rows:*")
@@ -243,15 +279,13 @@ def test_invalidator_applies_the_same_redis_effects_to_avro_as_to_json(
     redis_yaml = f"  redis: {{url: 'redis://127.0.0.1:{cache.port}/0'}}\n"
     runs = {}
     try:
-        for kind, prefix, topic, extra in (
-            ("json", json_prefix, table_topic, ""),
-            ("avro", avro_prefix, avro_topic, f"  schema_registry_url: '{registry}'\n"),
-        ):
+        for kind, extra in (("json", ""), ("avro", f"  schema_registry_url: '{registry}'\n")):
+            prefix, topic = published.prefixes[kind], published.table_topics[kind]
             group = f"inv-{kind}-{prefix}"
             section = f"invalidate:\n  group_id: {group}\n{extra}{redis_yaml}" + _rules(
                 name, f"rows:{kind}"
             )
-            config = _config(replicad.config, tmp_path / f"{kind}.yaml", prefix, section)
+            config = _config(published.config, tmp_path / f"{kind}.yaml", prefix, section)
             process = InvalidatorProcess(config, tmp_path / f"{kind}.log")
             process.start()
             runs[kind] = process
@@ -315,3 +349,85 @@ def test_an_avro_topic_without_a_registry_stops_the_invalidator_with_78(
     assert status == 78, log[-3000:]
     assert "invalidate.schema_registry_url" in log
     assert f"topic={topic}" in log and "partition=0" in log and "offset=0" in log
+
+
+# ---------------------------------------------------------------------- the Delta lake
+
+BOOKKEEPING = {"_replicad_file", "_replicad_pos", "_replicad_row"}
+
+
+def _delta_rows(path: Path) -> dict[int, dict[str, Any]]:
+    """The Delta table's rows as delta-rs (not Spark, not replicad) reads them."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return {r["id"]: {k: v for k, v in r.items() if k not in BOOKKEEPING} for r in rows}
+
+
+def _float32(value: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def _select_value(column: str, value: Any) -> Any:
+    """PyMySQL's value as the lake stores it (docs/spark.md, "Types")."""
+    if value is None:
+        return None
+    if column == "bt":
+        return int.from_bytes(value, "big")
+    if column == "fl":
+        return _float32(value)
+    if column == "dt6":  # time.precision.mode connect: Connect's Timestamp, milliseconds
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    return value
+
+
+def _lake_value(column: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if column == "bu":
+        return int(value)  # DECIMAL(20,0)
+    if column == "ts3":  # TIMESTAMP: UTC; PyMySQL gives the session's (UTC) wall time
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    if column == "g":  # MySQL's internal form: the SRID, then the WKB
+        return struct.pack("<I", value["srid"]) + bytes(value["wkb"])
+    return value
+
+
+def _selected(conn: Any, db: str) -> dict[int, dict[str, Any]]:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM `{db}`.t")
+        rows = cur.fetchall()
+    conn.commit()
+    return {r["id"]: {c: _select_value(c, v) for c, v in r.items()} for r in rows}
+
+
+@pytest.mark.serial
+def test_the_delta_lake_of_an_avro_topic_equals_the_json_topics(
+    db, kafka, registry, tmp_path
+) -> None:
+    conn, name = db
+    published = _publish_and_copy(db, kafka, registry, tmp_path, without="tm")
+    jars = _jars()
+    lakes = {}
+    for kind, extra in (("payload", ""), ("avro", f"schema_registry_url: '{registry}', ")):
+        lake, checkpoints = tmp_path / f"lake-{kind}", tmp_path / f"checkpoints-{kind}"
+        section = (
+            f"spark: {{{extra}lake_format: delta, lake_jars: '{jars}', lake_path: '{lake}', "
+            f"checkpoint_path: '{checkpoints}'}}\n"
+        )
+        prefix = published.prefixes[kind]
+        config = _config(published.config, tmp_path / f"spark-{kind}.yaml", prefix, section)
+        _materialize_once(config, tmp_path / f"spark-{kind}.log")
+        lakes[kind] = _delta_rows(lake / name / "t")
+    selected = _selected(conn, name)
+    assert sorted(lakes["avro"]) == sorted(selected) and len(selected) == ROWS - 5
+    assert lakes["avro"] == lakes["payload"]
+    lake = {i: {c: _lake_value(c, v) for c, v in row.items()} for i, row in lakes["avro"].items()}
+    differing = {
+        (i, c): (lake[i].get(c), value)
+        for i, row in selected.items()
+        for c, value in row.items()
+        if lake[i].get(c) != value
+    }
+    assert not differing
+    assert lake == selected
