@@ -133,11 +133,22 @@ def source_candidate(entry: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class DiscoveryConfig(_Strict):
+    """A command that names the servers to stream from (an orchestrator's view of who is
+    primary now): run before each (re)connect, it prints one `host:port` per line in order of
+    preference. Its list replaces `source.hosts` for that attempt; when it fails, the last
+    list stands."""
+
+    command: list[str] = Field(min_length=1)
+    timeout_s: float = Field(5.0, gt=0)
+
+
 class SourceConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
     # Failover candidates in order of preference (`host:port`); host and port are the first.
     hosts: list[str] | None = Field(None, min_length=1)
+    discovery: DiscoveryConfig | None = None
     user: str = "repl"
     password: SecretStr | None = None
     password_env: str | None = None
@@ -591,6 +602,39 @@ class RelayConfig(_Strict):
     on_corruption: Literal["fail", "refetch"] = "fail"
 
 
+class SchemaRegistryConfig(_Strict):
+    """The schema registry of `envelope.format: avro` (Confluent's REST API: Confluent Schema
+    Registry, Apicurio's ccompat API, Karapace). Basic auth: `username` with the password
+    from a variable or a file, as the source's."""
+
+    url: str = Field(min_length=1)  # e.g. http://registry:8081 (Apicurio: .../apis/ccompat/v7)
+    username: str | None = Field(None, min_length=1)
+    password: SecretStr | None = None  # discouraged: password_env or password_file
+    password_env: str | None = None
+    password_file: Path | None = None
+    timeout_s: float = Field(10.0, gt=0, le=300)  # one HTTP request
+
+    @model_validator(mode="after")
+    def _auth(self) -> SchemaRegistryConfig:
+        check_one_secret(self)
+        has_password = any(
+            v is not None for v in (self.password, self.password_env, self.password_file)
+        )
+        if has_password != (self.username is not None):
+            raise ValueError(
+                "envelope.schema_registry: basic auth needs both username and a password"
+            )
+        return self
+
+    def client_settings(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The settings of confluent-kafka's SchemaRegistryClient."""
+        settings: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s}
+        if self.username is not None:
+            password = resolve_secret(self, "envelope.schema_registry", environ)
+            settings["basic.auth.user.info"] = f"{self.username}:{password}"
+        return settings
+
+
 class EnvelopeConfig(_Strict):
     """How column values are written in every output (Kafka, JSON lines): `exact` (DECIMAL as
     a string, temporal as ISO-8601; docs/consumers.md) or `debezium` (Debezium's MySQL
@@ -608,11 +652,30 @@ class EnvelopeConfig(_Strict):
     # of the primary; MySQL's ROWS_QUERY with binlog_rows_query_log_events). Off by default,
     # as Debezium's include.query: every row of a multi-row INSERT would carry it.
     include_query: bool = False
+    # The Kafka sink's keys and values: `json`, or `avro` (Confluent's wire format, schemas
+    # in `schema_registry` under the topic-name strategy; docs/consumers.md, "Avro").
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistryConfig | None = None
 
     @model_validator(mode="after")
     def _schemas_need_debezium(self) -> EnvelopeConfig:
         if self.schemas_enable and self.values != "debezium":
             raise ValueError("envelope.schemas_enable needs envelope.values: debezium")
+        return self
+
+    @model_validator(mode="after")
+    def _avro_needs_debezium_and_registry(self) -> EnvelopeConfig:
+        if self.format != "avro":
+            return self
+        if self.values != "debezium":
+            raise ValueError("envelope.format: avro needs envelope.values: debezium")
+        if self.schema_registry is None:
+            raise ValueError("envelope.format: avro needs envelope.schema_registry.url")
+        if self.schemas_enable:
+            raise ValueError(
+                "envelope.format: avro carries its schemas in the registry: "
+                "envelope.schemas_enable must stay false"
+            )
         return self
 
 
@@ -694,6 +757,16 @@ class SnapshotConfig(_Strict):
 REGISTRY_URL_PATTERN = r"^https?://\S+$"
 
 
+class SparkS3Config(_Strict):
+    """S3 for `s3a://` lake, changes and checkpoint paths (Hadoop's S3A; docs/spark.md,
+    "Object storage"). Credentials: the AWS chain S3A reads (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY, a profile, an instance role), never this file."""
+
+    endpoint: str | None = None  # e.g. http://127.0.0.1:9010; None: AWS's for the region
+    region: str | None = None
+    path_style_access: bool = False  # bucket in the path, not the host (most S3 look-alikes)
+
+
 class SparkConfig(_Strict):
     """The Spark jobs (`replicad spark <job>`, docs/spark.md); they read the change topics of
     `sinks.kafka`."""
@@ -713,6 +786,7 @@ class SparkConfig(_Strict):
     # scripts/spark/pom.xml from `lake_jars` (`bash scripts/services.sh spark-jars` prints it).
     lake_format: Literal["replicad", "delta"] = "replicad"
     lake_jars: str | None = None
+    s3: SparkS3Config = SparkS3Config()
     # verify: the source's tables through Spark's JDBC source, as the source's user, with
     # MariaDB Connector/J or MySQL Connector/J; `auto`: the one of the server's kind.
     jdbc_driver: Literal["auto", "mariadb", "mysql"] = "auto"

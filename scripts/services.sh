@@ -37,7 +37,8 @@
 # Services: mariadb, mysql (MySQL 9.7 in a Debian sid chroot, 3307: scripts/services-mysql.sh),
 # kafka (Apache Kafka 4.4 from Maven Central, KRaft, 9092 + controller
 # 9093), zookeeper, redis, mosquitto; on request only: registry (Apicurio Registry 2.4 with
-# its Confluent-compatible API, in memory, 8091: scripts/registry/).
+# its Confluent-compatible API, in memory, 8091: scripts/registry/), s3 (moto's S3 server, in
+# memory, 9010, for lake tables on object storage).
 # State lives under $REPLICAD_SERVICES_DIR (default: .services/ in the repo).
 # A private MariaDB for a replication chain (tests/faults/test_promoted_replica.py):
 # REPLICAD_MARIADB_SERVER_ID (default 1) and REPLICAD_MARIADB_LOG_SLAVE_UPDATES (default OFF;
@@ -54,9 +55,10 @@ ZK_PORT=${REPLICAD_ZK_PORT:-2181}
 REDIS_PORT=${REPLICAD_REDIS_PORT:-6390}  # not 6379: a Redis of someone else's may listen there
 MQTT_PORT=${REPLICAD_MQTT_PORT:-1890}  # not 1883, likewise
 REGISTRY_PORT=${REPLICAD_REGISTRY_PORT:-8091}  # not 8080/8081, the usual registry ports
+S3_PORT=${REPLICAD_S3_PORT:-9010}  # not 9000, MinIO's and others'
 ALL_SERVICES=(mariadb mysql kafka zookeeper redis mosquitto)
 # Started only when named (`up registry`), stopped by a plain `down` too.
-ON_REQUEST_SERVICES=(registry)
+ON_REQUEST_SERVICES=(registry s3)
 
 # shellcheck source=scripts/services-common.sh
 . "$ROOT/scripts/services-common.sh"
@@ -373,26 +375,33 @@ kafka_cluster_cmd() { # kafka-cluster up|down|kill|start|status <dir> <base port
 # $SPARK_JARS/lib, once per pom change, as the Kafka broker's above. Not a service: the test
 # command fetches them (scripts/test.sh), and the tests are given the directory.
 SPARK_POM="$ROOT/scripts/spark/pom.xml"
+SPARK_S3_POM="$ROOT/scripts/spark/s3/pom.xml"
 SPARK_JARS="$STATE/spark-jars"
 
-spark_jars_fetch() { # the jars, fetched again only when the pom changes
-  local stamp out
-  stamp="$SPARK_JARS/.fetched-$(sha1sum "$SPARK_POM" | cut -c1-12)"
+spark_jars_fetch() { # the jars, fetched again only when a pom changes
+  local stamp
+  stamp="$SPARK_JARS/.fetched-$(cat "$SPARK_POM" "$SPARK_S3_POM" | sha1sum | cut -c1-12)"
   [ -f "$stamp" ] && return 0
   command -v java >/dev/null || apt_install openjdk-17-jre-headless
   command -v mvn >/dev/null || apt_install maven
-  log "fetching the Spark jobs' jars (scripts/spark/pom.xml) from Maven Central"
+  log "fetching the Spark jobs' jars (scripts/spark/pom.xml, s3/pom.xml) from Maven Central"
   rm -rf "$SPARK_JARS"; mkdir -p "$SPARK_JARS"
+  spark_jars_copy "$SPARK_POM" "$SPARK_JARS/lib" && spark_jars_copy "$SPARK_S3_POM" "$SPARK_JARS/lib/s3" \
+    || return 1
+  touch "$stamp"
+}
+
+spark_jars_copy() { # spark_jars_copy <pom> <directory>: its runtime dependencies copied there
+  local out
   # REPLICAD_MAVEN_ARGS: options for mvn (a mirror, a proxy, -o), word-split on purpose.
   # shellcheck disable=SC2086
-  if ! out=$(mvn -q -B ${REPLICAD_MAVEN_ARGS:-} -f "$SPARK_POM" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$SPARK_JARS/lib" 2>&1); then
+  if ! out=$(mvn -q -B ${REPLICAD_MAVEN_ARGS:-} -f "$1" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$2" 2>&1); then
     # Maven 3.8 writes colour resets even in batch mode: stripped, for one clean line.
-    log "cannot fetch the Spark jobs' jars from Maven Central: $(printf '%s\n' "$out" \
+    log "cannot fetch the Spark jobs' jars ($1) from Maven Central: $(printf '%s\n' "$out" \
       | sed 's/\x1b\[[0-9;]*m//g' | grep -m1 -E 'ERROR|Could not' | sed 's/^\[ERROR\] *//')"
     return 1
   fi
-  touch "$stamp"
 }
 
 # ---------------------------------------------------------------- schema registry
@@ -461,6 +470,58 @@ registry_status() {
   if pid_alive "$registry_dir/registry.pid" apicurio-registry-replicad && registry_ready; then
     echo "registry: up ($REGISTRY_PORT, pid $(cat "$registry_dir/registry.pid"))"
   else echo "registry: down"; fi
+}
+
+# ---------------------------------------------------------------- S3 (moto)
+# moto's standalone server speaks the S3 API on 127.0.0.1:$S3_PORT, in memory (every start is
+# empty; any access key is accepted). It lives in its own venv under $STATE (installed from
+# PyPI once per version), apart from the project's: the tests talk to it over HTTP only.
+MOTO_VERSION=5.2.5
+s3_dir="$STATE/s3"
+s3_venv="$STATE/moto-$MOTO_VERSION"
+
+s3_fetch() {
+  [ -x "$s3_venv/bin/moto_server" ] && return 0
+  log "installing moto[server]==$MOTO_VERSION from PyPI into $s3_venv"
+  rm -rf "$s3_venv"
+  local out
+  if ! out=$(python3 -m venv "$s3_venv" 2>&1 \
+      && "$s3_venv/bin/pip" install -q "moto[server]==$MOTO_VERSION" 2>&1); then
+    log "cannot install moto[server]: $(printf '%s\n' "$out" | grep -m1 -E 'ERROR|rror')"
+    rm -rf "$s3_venv"; return 1
+  fi
+}
+
+s3_ready() { curl -fsS -o /dev/null "http://127.0.0.1:$S3_PORT/moto-api/"; }
+
+s3_up() {
+  s3_fetch
+  mkdir -p "$s3_dir"
+  if pid_alive "$s3_dir/s3.pid" moto_server && s3_ready; then
+    log "s3 already up on $S3_PORT"; return 0
+  fi
+  rm -f "$s3_dir/s3.pid"
+  if tcp_open "$S3_PORT"; then
+    log "port $S3_PORT is taken by a process this script did not start"; return 1
+  fi
+  start_daemon "$s3_dir/s3.pid" "$s3_dir/s3.log" "$s3_venv/bin/python" \
+    "$s3_venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
+  if ! wait_for 30 s3_ready || ! pid_alive "$s3_dir/s3.pid" moto_server; then
+    log "s3 on $S3_PORT did not start; see $s3_dir/s3.log"; tail -20 "$s3_dir/s3.log" >&2
+    return 1
+  fi
+  log "s3 up on http://127.0.0.1:$S3_PORT (moto $MOTO_VERSION, in memory)"
+}
+
+s3_down() {
+  stop_pid "$s3_dir/s3.pid" moto_server s3 10 "$s3_dir/s3.log"
+  log "s3 down"
+}
+
+s3_status() {
+  if pid_alive "$s3_dir/s3.pid" moto_server && s3_ready; then
+    echo "s3: up ($S3_PORT, pid $(cat "$s3_dir/s3.pid"))"
+  else echo "s3: down"; fi
 }
 
 # ---------------------------------------------------------------- ZooKeeper

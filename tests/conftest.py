@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KAFKA_PORT = int(os.environ.get("REPLICAD_KAFKA_PORT", "9092"))
 ZK_PORT = int(os.environ.get("REPLICAD_ZK_PORT", "2181"))
 REGISTRY_PORT = int(os.environ.get("REPLICAD_REGISTRY_PORT", "8091"))
+S3_PORT = int(os.environ.get("REPLICAD_S3_PORT", "9010"))
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +54,14 @@ def registry() -> str:
     Confluent-compatible API, for confluent-kafka's SchemaRegistryClient."""
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "registry"], check=True)
     return f"http://127.0.0.1:{REGISTRY_PORT}/apis/ccompat/v7"
+
+
+@pytest.fixture(scope="session")
+def s3() -> str:
+    """Make sure the S3 server (moto, in memory) is up; its endpoint URL. Any access key is
+    accepted; every bucket must be created first (PUT /<bucket>)."""
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up", "s3"], check=True)
+    return f"http://127.0.0.1:{S3_PORT}"
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ AvroConverter registers them: the Kafka Connect schemas replicad already builds 
 JSON envelope (`value_modes.ConnectSchemas`, each column by `debezium_values.connect_field`
 with the configured Debezium options) converted the way the converter's AvroData does with
 its defaults (`connect.meta.data=true`). Sans-IO: dicts in, dicts out; the registry and the
-serializer are the caller's. Not wired into any sink yet.
+serializer are the caller's (`avro_registry`).
 
 The conversion, per Connect schema:
 - int8/int16 -> "int" with "connect.type" saying which; int32 -> "int", int64 -> "long",
@@ -28,7 +28,7 @@ mode does (its default, `none`, would make the converter fail on such a name).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -170,14 +170,19 @@ def value_schema(
 
 
 def key_schema(
-    description: TableDescription, server_name: str, options: DebeziumOptions
+    description: TableDescription,
+    server_name: str,
+    options: DebeziumOptions,
+    names: Sequence[str] | None = None,
 ) -> AvroSchema | None:
     """The Avro schema of the table's message keys (the Key record of its primary key
-    columns), registered under `<topic>-key`; None for a table without a primary key, whose
-    messages have no key."""
-    if not description.primary_key:
+    columns, or of `names`: the key the routing gives, e.g. `key_columns`), registered under
+    `<topic>-key`; None for a key without columns (a table without a primary key, whose
+    messages have no key)."""
+    names = description.primary_key if names is None else tuple(names)
+    if not names:
         return None
-    db, table, names = description.db, description.table, description.primary_key
+    db, table = description.db, description.table
     wrapped = ConnectSchemas(options).wrap_key(
         b"null", dict.fromkeys(names), db, table, server_name, description
     )

@@ -21,7 +21,8 @@ import asyncio
 import secrets
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
@@ -39,6 +40,7 @@ from replicad.checkpoint_record import Checkpoint
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.published.kafka_clients import kafka_client
+from replicad.sinks.avro_registry import AvroEncoder
 from replicad.sinks.base import (
     DeliveryTracker,
     DeliveryUnit,
@@ -154,6 +156,12 @@ class KafkaSink:
         self._pending: deque[Message] = deque()  # waiting for a topic or for queue room
         self._since_poll = 0
         self.writer = EnvelopeWriter(pipeline, self.values.connect)
+        # envelope.format: avro: keys and values through the schema registry instead.
+        self._avro = (
+            AvroEncoder(self.values.registry, pipeline, self.values.options)
+            if self.values.registry is not None and self.values.options is not None
+            else None
+        )
         self._events = EventEncoder(self.writer)
         self._schema_topic = self.routing.schema_topic  # "" when switched off
         self._schemas_sent: set[tuple[str, str, str]] = set()
@@ -254,11 +262,13 @@ class KafkaSink:
         headers = self._headers(change) if self.config.headers else None
         # Snapshot reads belong to no transaction (as in Debezium): no block, no BEGIN/END.
         metadata = self.config.transaction_metadata and change.op != "r"
-        value = self.writer.value
+        value: Callable[..., bytes] = self.writer.value
+        if self._avro is not None:
+            value = partial(self._avro.value, topic)
         for op, before, after in row_messages(change):
             transaction = self._transaction_block(change, now_ms) if metadata else None
             row = self.filter.key_row(change, before if op == "d" else after)
-            key = self._key(change, routing.key(change, row))
+            key = self._key(topic, change, routing.key(change, row))
             self._send_raw(
                 topic,
                 key,
@@ -364,7 +374,13 @@ class KafkaSink:
         if change.kind == "truncate":
             topic = self.routing.topic(change.db, change.table)
             await self.topics.ensure(topic)
-            value = self.writer.truncate(change, now_ms)
+            if self._avro is None:
+                value = self.writer.truncate(change, now_ms)
+            else:
+                avro_value = self._avro.truncate(topic, change, now_ms)
+                if avro_value is None:
+                    return
+                value = avro_value
             for partition in range(self.topics.partitions.get(topic, 1)):
                 self._send_raw(topic, None, value, headers, partition)
             return
@@ -375,9 +391,11 @@ class KafkaSink:
         value = dumps(schema_change_value(change, self.pipeline, now_ms))
         self._send_raw(topic, dumps(key), value, headers)
 
-    def _key(self, change: RowChange, key: dict[str, Any] | None) -> bytes | None:
+    def _key(self, topic: str, change: RowChange, key: dict[str, Any] | None) -> bytes | None:
         if key is None:
             return None
+        if self._avro is not None:
+            return self._avro.key(topic, change, key)
         body = dumps(key)
         connect = self.values.connect
         if connect is None:

@@ -45,6 +45,9 @@ class ValueMode:
         self.connect = (
             ConnectSchemas(self.options) if config.schemas_enable and self.options else None
         )
+        # envelope.format: avro (the Kafka sink's keys and values; the config requires
+        # `debezium` values for it): the registry, else None for JSON.
+        self.registry = config.schema_registry if config.format == "avro" else None
         self._encoders: dict[tuple[str, str, str, bool], Encoders] = {}
         self._last: tuple[TableDescription | None, bool, Encoders] = (None, False, {})
 

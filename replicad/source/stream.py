@@ -14,6 +14,8 @@ Fatal conditions raise instead: wrong credentials, a position the primary no lon
 With several `source.hosts`, each reconnect tries the server it streamed from first, then the
 others in list order, and resumes by GTID on the first that answers and holds every GTID
 already handed over (`source/candidates.py`); one lacking some is refused, never dumped from.
+With `source.discovery`, the list is asked of a command before each (re)connect
+(`source/discovery.py`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from replicad.protocol.commands import DUMP_HEARTBEAT_V2, cell_text
 from replicad.protocol.handshake import TlsMode, TlsSettings
 from replicad.protocol.transport import AsyncConnection, connect
 from replicad.source.candidates import CandidateRefusedError, missing_gtids
+from replicad.source.discovery import discovered_or
 from replicad.source.transactions import TransactionUnit, UnitAssembler
 
 log = structlog.get_logger("replicad.source")
@@ -210,7 +213,7 @@ async def open_first(source: SourceConfig, password: str) -> AsyncConnection:
     """A connection to the first of `source.hosts` that answers (the one host without it):
     reads made around the stream (position, schema, snapshots) follow a failover too. The
     last candidate's failure is raised when none answers."""
-    *others, last = source.candidates
+    *others, last = await discovered_or(source.discovery, source.candidates)
     for host, port in others:
         try:
             return await open_connection(source, password, (host, port))
@@ -405,7 +408,10 @@ class ReplicaStream:
         """Connect and dump from the first server that can serve `position`: the current
         one, then the other candidates in list order. With no usable server, the refusal of
         a server that lacks GTIDs wins over mere unavailability (a retry will not fix it)."""
-        if len(self._candidates) == 1:
+        streamed = self._candidates[self._current]
+        if self.source.discovery is not None:
+            self._adopt(await discovered_or(self.source.discovery, self._candidates))
+        if len(self._candidates) == 1 and self._candidates[0] == streamed:
             return await self._start_at(0, position)
         refused: CandidateRefusedError | None = None
         failure: BaseException | None = None
@@ -422,16 +428,27 @@ class ReplicaStream:
                 _candidate_unavailable(host, port, exc)
                 failure = exc
                 continue
-            if index != self._current:
+            self._current = index
+            if (host, port) != streamed:
+                previous = f"{streamed[0]}:{streamed[1]}"
                 log.warning(
-                    "source_failover", previous=self.server, host=host, port=port, at=str(position)
+                    "source_failover", previous=previous, host=host, port=port, at=str(position)
                 )
-                self._current = index
             return conn
         if refused is not None:
             raise refused
         assert failure is not None
         raise failure
+
+    def _adopt(self, candidates: list[tuple[str, int]]) -> None:
+        """Take a discovered list, keeping the server streamed from first if still listed."""
+        streamed = self._candidates[self._current]
+        self._candidates = candidates
+        self._current = candidates.index(streamed) if streamed in candidates else 0
+
+    @property
+    def _may_fail_over(self) -> bool:
+        return len(self._candidates) > 1 or self.source.discovery is not None
 
     def _failover_order(self) -> list[int]:
         count = len(self._candidates)
@@ -462,7 +479,7 @@ class ReplicaStream:
         try:
             info = await server_info(conn)
             self.info = info
-            if len(self._candidates) > 1:
+            if self._may_fail_over:
                 self._refuse_lagging(index, info, position)
             await self._prepare_session(conn, info)
             await self._refuse_server_id_clash(conn)
@@ -556,13 +573,13 @@ class ReplicaStream:
 
     def _refuse_file_failover(self, position: Position) -> None:
         """A file:pos names a place in one server's binlog only: it cannot move to another."""
-        if len(self._candidates) > 1:
+        if self._may_fail_over:
+            key = "source.discovery" if self.source.discovery is not None else "source.hosts"
             raise ConfigError(
-                f"source.hosts lists {len(self._candidates)} servers, but the position "
-                f"{position} can only be resumed by file:pos: failing over needs GTIDs "
-                "(a stored GTID position, and gtid_mode=ON on MySQL). List one host, or "
-                "start from a GTID position",
-                key="source.hosts",
+                f"{key} may switch servers, but the position {position} can only be resumed "
+                "by file:pos: failing over needs GTIDs (a stored GTID position, and "
+                "gtid_mode=ON on MySQL). List one host, or start from a GTID position",
+                key=key,
                 position=str(position),
             )
 

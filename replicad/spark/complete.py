@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -46,14 +45,19 @@ def reaches(end: Offsets, sample: Sample) -> bool:
     return all(end.get(p, 0) >= offset for p, offset in sample.ends.items())
 
 
-def batch_end(checkpoint: Path, batch_id: int, topic: str) -> Offsets | None:
-    """The end offsets of a batch from the query's offset log (None: not readable, e.g. a
-    checkpoint not on local disk, or an offset log line of another shape)."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    except OSError:
+def offset_log(checkpoint: str, batch_id: int) -> str:
+    """The file of a query's offset log with a batch's offsets."""
+    return f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
+
+
+def batch_end(offset_log_text: str | None, topic: str) -> Offsets | None:
+    """The end offsets of a batch from its offset log file's text (None: no file, or an
+    offset log of another shape)."""
+    if offset_log_text is None:
         return None
-    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+    for line in offset_log_text.splitlines()[
+        2:
+    ]:  # "v1", the batch's metadata, then one line per source
         try:
             offsets = orjson.loads(line)
         except orjson.JSONDecodeError:

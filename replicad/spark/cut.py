@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from replicad.errors import ReplicadError
+from replicad.spark import storage
 
 # The key under which a commit's userMetadata carries replicad's record.
 METADATA_KEY = "replicad"
@@ -171,6 +172,7 @@ def read_commits(path: Path) -> list[Commit]:
 
 def cut_lake(lake_path: str | Path, at: str) -> dict[str, Any]:
     """What `replicad spark cut --at AT` prints: the position and each table's version."""
+    storage.local_only(str(lake_path), "spark.lake_path", "cut")
     tables = delta_tables(lake_path)
     lake = {table: read_commits(path) for table, path in tables.items()}
     if at == LATEST:

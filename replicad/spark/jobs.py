@@ -31,6 +31,7 @@ from replicad.consumers.typed import TypedSchema
 from replicad.errors import ConfigError, ReplicadError
 from replicad.published.kafka_clients import shared_settings
 from replicad.published.topics import TopicNames
+from replicad.spark import storage
 from replicad.spark.kafka_source import (
     ReplicadKafkaSource,
     Settings,
@@ -163,7 +164,7 @@ class TableJob:
         changes = self.spark.readStream.format("replicad-kafka").options(**options).load()
         writer = (
             self._sink(table, changes, versions)
-            .option("checkpointLocation", str(self.checkpoint(table)))
+            .option("checkpointLocation", self.checkpoint(table))
             .queryName(f"{self.name} {table}")
         )
         if self.once:
@@ -178,8 +179,8 @@ class TableJob:
         )
         return writer.start()
 
-    def checkpoint(self, table: str) -> Path:
-        return Path(self.settings.checkpoint_path) / type(self).__name__.lower() / table
+    def checkpoint(self, table: str) -> str:
+        return storage.join(self.settings.checkpoint_path, type(self).__name__.lower(), table)
 
     def _discover(self) -> None:
         for table in self.source.tables():
@@ -241,16 +242,16 @@ class Materialize(TableJob):
 
     name = "lake"
 
-    def lake_path(self, table: str) -> Path:
+    def lake_path(self, table: str) -> str:
         db, _, name = table.partition(".")
-        return Path(self.settings.lake_path) / db / name
+        return storage.join(self.settings.lake_path, db, name)
 
     def _sink(
         self, table: str, changes: DataFrame, versions: list[TypedSchema]
     ) -> DataStreamWriter:
         lake = LakeTable(
             self.spark,
-            self.lake_path(table),
+            Path(self.lake_path(table)),
             versions[-1].primary_key,
             table_struct(versions),
             self.settings.buckets,
@@ -277,9 +278,9 @@ class Changes(TableJob):
 
     name = "changes"
 
-    def changes_path(self, table: str) -> Path:
+    def changes_path(self, table: str) -> str:
         db, _, name = table.partition(".")
-        return Path(self.settings.changes_path) / f"db={db}" / f"table={name}"
+        return storage.join(self.settings.changes_path, f"db={db}", f"table={name}")
 
     def _sink(
         self, table: str, changes: DataFrame, versions: list[TypedSchema]
@@ -287,7 +288,7 @@ class Changes(TableJob):
         dated = changes.withColumn("date", F.to_date("commit_ts"))
         return (
             dated.writeStream.format("parquet")
-            .option("path", str(self.changes_path(table)))
+            .option("path", self.changes_path(table))
             .partitionBy("date")
         )
 

@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from replicad.config import Config
 from replicad.errors import ConfigError
+from replicad.spark import storage
 
 log = structlog.get_logger("replicad.spark")
 
@@ -53,6 +54,7 @@ def maintain(
             "spark maintain works on Delta tables: set spark.lake_format: delta",
             key="spark.lake_format",
         )
+    storage.local_only(config.spark.lake_path, "spark.lake_path", "maintain")
     reports = []
     for path in lake_tables(config.spark.lake_path):
         target = f"delta.`{path}`"

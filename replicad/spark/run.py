@@ -41,6 +41,7 @@ def master_problem(master: str) -> str | None:
 
 
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
+    from replicad.spark import storage
     from replicad.spark.jobs import JOBS, Source
     from replicad.spark.session import build_session
     from replicad.spark.table_format import DeltaMaterialize, session_conf
@@ -48,7 +49,7 @@ def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     delta = job == "materialize" and config.spark.lake_format == "delta"
     try:
         Source.of(config)  # a configuration the job cannot use fails before Spark starts
-        conf = session_conf(config) if delta else {}
+        conf = storage.with_s3(session_conf(config) if delta else {}, config, job)
     except ReplicadError as exc:
         print(f"replicad spark {job}: {exc}", file=sys.stderr)
         return exit_code(exc)

@@ -42,7 +42,8 @@ from replicad.consumers.debezium_exact import EnvelopeToExact
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ConfigError
 from replicad.published.message_values import MessageDecoder
-from replicad.spark.complete import Completeness, batch_end
+from replicad.spark import storage
+from replicad.spark.complete import Completeness, batch_end, offset_log
 from replicad.spark.cut import Point, commit_metadata
 from replicad.spark.jobs import Materialize
 from replicad.spark.kafka_source import ReplicadKafkaSource, value_form
@@ -227,30 +228,28 @@ class DeltaLakeTable:
     """One lake table as a Delta table at `path`: `apply` folds a batch of changes (the
     change DataFrame) in one MERGE."""
 
-    def __init__(self, path: str | Path, primary_key: Sequence[str], columns: StructType) -> None:
+    def __init__(self, path: str, primary_key: Sequence[str], columns: StructType) -> None:
         if not primary_key:
             raise LakeError(
                 "a lake table needs a primary key to fold changes by; the table has none",
                 path=str(path),
             )
-        self.path = Path(path)
+        self.path = path  # absolute, or an s3a:// URI (storage.join)
         self.key = list(primary_key)
         self.columns = columns
 
     @property
     def target(self) -> str:
-        return f"delta.{_q(str(self.path.resolve()))}"
+        return f"delta.{_q(self.path)}"
 
     def _ensure(self, spark: SparkSession) -> None:
         """The table exists with every column of `columns` (an ALTER's new ones added: a
         separate commit, harmless since they are null until the batch writes them)."""
-        if not (self.path / "_delta_log").is_dir():
+        if not storage.exists(spark, storage.join(self.path, "_delta_log")):
             schema = StructType([*self.columns.fields, *_bookkeeping().fields])
-            spark.createDataFrame([], schema).write.format("delta").mode("append").save(
-                str(self.path)
-            )
+            spark.createDataFrame([], schema).write.format("delta").mode("append").save(self.path)
             return
-        present = set(spark.read.format("delta").load(str(self.path)).columns)
+        present = set(spark.read.format("delta").load(self.path).columns)
         missing = [f for f in self.columns.fields if f.name not in present]
         if missing:
             added = ", ".join(f"{_q(f.name)} {f.dataType.simpleString()}" for f in missing)
@@ -374,7 +373,7 @@ class DeltaMaterialize(Materialize):
         completeness.sample()  # before any batch of this query has its end offsets
         writer = (
             self._delta_sink(table, changes, versions, completeness, options["topic"])
-            .option("checkpointLocation", str(self.checkpoint(table)))
+            .option("checkpointLocation", self.checkpoint(table))
             .queryName(f"{self.name} {table}")
         )
         if self.once:
@@ -406,7 +405,8 @@ class DeltaMaterialize(Materialize):
         def apply(batch: DataFrame, batch_id: int) -> None:
             started = time.monotonic()
             completeness.sample()  # the newest sample this batch can reach: its end is fixed
-            through = completeness.through(batch_end(checkpoint, batch_id, topic))
+            offsets = storage.read_text(batch.sparkSession, offset_log(checkpoint, batch_id))
+            through = completeness.through(batch_end(offsets, topic))
             version = lake.apply(batch, through)
             log.info(
                 "lake_batch_applied",

@@ -45,6 +45,7 @@ from pyspark.sql import functions as F
 from replicad.config import Config
 from replicad.coordination.stored import stored_position
 from replicad.errors import ConfigError, ReplicadError
+from replicad.spark import storage
 from replicad.spark.canonical import (
     mysql_hash_number,
     mysql_row_hash,
@@ -401,6 +402,7 @@ class Verifier:
         import re
 
         pattern = re.compile(self.settings.tables)
+        storage.local_only(self.settings.lake_path, "spark.lake_path", "verify")
         root = Path(self.settings.lake_path)
         found = sorted(
             f"{p.parent.parent.name}.{p.parent.name}" for p in root.glob(f"*/*/{MANIFEST}")

@@ -4,8 +4,7 @@ continues on the replica by GTID, or refuses it when it lacks GTIDs already publ
 Two private MariaDB servers (scripts/services.sh with private state dirs and ports,
 REPLICAD_MARIADB_SERVER_ID and REPLICAD_MARIADB_LOG_SLAVE_UPDATES) in a replication chain:
 the replica follows the primary with MASTER_USE_GTID=slave_pos and logs what it applies, so
-its binlog holds the primary's GTIDs. MariaDB only: the MySQL server (3307, in a chroot) is
-shared by every test and cannot be cloned cheaply here.
+its binlog holds the primary's GTIDs. The same on MySQL: test_promoted_replica_mysql.py.
 
 What is guaranteed at the switch: the stream resumes after the last transaction it handed
 over, and the pipeline skips the rows of the transaction in flight it already delivered

@@ -55,11 +55,13 @@ def _selected(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[s
         return {row["id"]: row for row in cur.fetchall()}
 
 
-def _delta_rows(path: Path) -> dict[int, dict[str, Any]]:
+def _delta_rows(
+    path: str | Path, storage_options: dict[str, str] | None = None
+) -> dict[int, dict[str, Any]]:
     """The Delta table's current rows as delta-rs reads them, in PyMySQL's value forms."""
     from deltalake import DeltaTable
 
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    rows = DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table().to_pylist()
     out = {}
     for row in rows:
         values = {k: v for k, v in row.items() if k not in BOOKKEEPING}
@@ -113,17 +115,27 @@ def _insert(cur: Any, ids: range, tag: str) -> None:
 
 
 def _acc_pipeline(
-    conn: pymysql.connections.Connection, name: str, kafka: str, tmp_path: Path, server_id: int
-) -> tuple[KafkaReplicad, Path]:
+    conn: pymysql.connections.Connection,
+    name: str,
+    kafka: str,
+    tmp_path: Path,
+    server_id: int,
+    *,
+    lake: str | None = None,
+    checkpoints: str | None = None,
+    spark_yaml: str = "",
+) -> tuple[KafkaReplicad, str]:
     """The table `acc`, and replicad publishing it into a three-partition topic, configured
-    for a Delta lake under tmp_path; started. Returns it and the lake table's path."""
+    for a Delta lake (under tmp_path unless `lake` and `checkpoints` say where); started.
+    Returns it and the lake table's path."""
     with conn.cursor() as cur:
         cur.execute(
             "CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
             "amt DECIMAL(12,2), at DATETIME(6), big BIGINT UNSIGNED, raw VARBINARY(8))"
         )
     conn.commit()
-    lake = tmp_path / "lake"
+    lake = lake or str(tmp_path / "lake")
+    checkpoints = checkpoints or str(tmp_path / "ckpt")
     replicad = KafkaReplicad(
         tmp_path / "replicad",
         server_id=server_id,
@@ -133,11 +145,11 @@ def _acc_pipeline(
         kafka_yaml="topics: {partitions: 3}",
         extra_yaml=(
             f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
-            f"checkpoint_path: '{tmp_path / 'ckpt'}'}}\n"
+            f"checkpoint_path: '{checkpoints}'{spark_yaml}}}\n"
         ),
     )
     replicad.start()
-    return replicad, lake / name / "acc"
+    return replicad, f"{lake}/{name}/acc"
 
 
 def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> None:
@@ -295,7 +307,8 @@ def test_maintain_compacts_and_vacuums_the_delta_tables(db, kafka, tmp_path) -> 
     from deltalake import DeltaTable
 
     conn, name = db
-    replicad, path = _acc_pipeline(conn, name, kafka, tmp_path, 7395)
+    replicad, lake = _acc_pipeline(conn, name, kafka, tmp_path, 7395)
+    path = Path(lake)
     log = tmp_path / "spark.log"
     try:
         for run in range(3):

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from replicad.spark.complete import Completeness, Sample, batch_end, reaches
+from replicad.spark.complete import Completeness, Sample, batch_end, offset_log, reaches
 from replicad.spark.cut import (
     Commit,
     CutError,
@@ -141,11 +141,9 @@ def test_reaches_needs_every_partition() -> None:
     assert reaches({0: 3}, Sample((F, 1), {0: 3, 1: 0}))
 
 
-def test_batch_end_reads_the_offset_log(tmp_path: Path) -> None:
-    (tmp_path / "offsets").mkdir()
-    (tmp_path / "offsets" / "7").write_text(
-        'v1\n{"batchWatermarkMs":0}\n{"p.shop.a":{"1":40,"0":12}}\n'
-    )
-    assert batch_end(tmp_path, 7, "p.shop.a") == {0: 12, 1: 40}
-    assert batch_end(tmp_path, 7, "p.shop.b") is None
-    assert batch_end(tmp_path, 8, "p.shop.a") is None
+def test_batch_end_reads_the_offset_log() -> None:
+    text = 'v1\n{"batchWatermarkMs":0}\n{"p.shop.a":{"1":40,"0":12}}\n'
+    assert batch_end(text, "p.shop.a") == {0: 12, 1: 40}
+    assert batch_end(text, "p.shop.b") is None
+    assert batch_end(None, "p.shop.a") is None
+    assert offset_log("s3a://lake/cp/", 7) == "s3a://lake/cp/offsets/7"
