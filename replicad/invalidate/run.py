@@ -38,7 +38,7 @@ from replicad.invalidate.redis_target import (
 from replicad.invalidate.rules import Plan, RuleSet
 from replicad.log_limit import EveryInterval
 from replicad.published.kafka_clients import kafka_client, shared_settings
-from replicad.published.message_values import MessageDecoder
+from replicad.published.message_values import MessageDecoder, reader_registry
 from replicad.published.topics import TopicNames
 
 try:  # the `invalidate` extra
@@ -101,7 +101,7 @@ class Invalidator:
         self.schema_topic = names.expand(kafka.schema_topic) if kafka.schema_topic else ""
         self.topics = names.pattern()
         self.decoder = MessageDecoder(
-            settings.schema_registry_url, "invalidate.schema_registry_url"
+            reader_registry(settings.schema_registry_url, config), "invalidate.schema_registry_url"
         )
         self.consumer_settings: dict[str, Any] = {
             "bootstrap.servers": kafka.bootstrap_servers,

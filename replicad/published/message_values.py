@@ -6,9 +6,10 @@ them apart (a JSON text never starts with byte 0), so the JSON path costs one co
 Avro is read with confluent-kafka's `AvroDeserializer` (the writer schema fetched by id,
 cached by the registry client) and converted to the JSON form (published/avro_json.py). The
 registry is the reader's setting (`invalidate.schema_registry_url`,
-`spark.schema_registry_url`); without one, an Avro message stops the reader with an error
-that names it. Picklable (Spark ships it to its Python workers): the clients are made on
-first use in each process.
+`spark.schema_registry_url`), else the daemon's own (`envelope.schema_registry`, in the same
+file); without one, an Avro message stops the reader with an error that names it.
+Picklable (Spark ships it to its Python workers): the clients are made on first use in each
+process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from replicad.config import Config
 from replicad.errors import ConfigError, ReplicadError
 from replicad.exit_codes import EXIT_CONFIG, EXIT_DATA_ERROR
 from replicad.published.avro_json import Convert, json_form
@@ -44,6 +46,15 @@ class RegistryUnavailableError(ReplicadError):
     """The registry did not answer (refused, timed out, a server error): transient."""
 
 
+def reader_registry(own_url: str | None, config: Config) -> dict[str, Any] | None:
+    """The registry settings of a reader: its own URL, else the daemon's
+    `envelope.schema_registry` (with its basic auth), else None."""
+    if own_url:
+        return {"url": own_url}
+    daemon = config.envelope.schema_registry
+    return None if daemon is None else daemon.client_settings()
+
+
 def is_avro(data: bytes | bytearray | memoryview) -> bool:
     return len(data) > 0 and data[0] == MAGIC
 
@@ -51,18 +62,19 @@ def is_avro(data: bytes | bytearray | memoryview) -> bool:
 class MessageDecoder:
     """Keys and values of published messages, JSON or Avro, as JSON's dicts."""
 
-    def __init__(self, registry_url: str | None, setting: str) -> None:
-        self.registry_url = registry_url
+    def __init__(self, registry: dict[str, Any] | None, setting: str) -> None:
+        self.registry = registry  # SchemaRegistryClient's settings: url, basic auth, timeout
+        self.registry_url = None if registry is None else registry.get("url")
         self.setting = setting  # the configuration key named by errors
         self._client: Any = None
         self._deserializer: Any = None
         self._converters: dict[int, Convert | None] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"registry_url": self.registry_url, "setting": self.setting}
+        return {"registry": self.registry, "setting": self.setting}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["registry_url"], state["setting"])  # type: ignore[misc]
+        self.__init__(state["registry"], state["setting"])  # type: ignore[misc]
 
     def value(
         self, data: bytes | bytearray, topic: str, partition: int | None, offset: int | None
@@ -86,7 +98,7 @@ class MessageDecoder:
         self, data: bytes, topic: str, partition: int | None, offset: int | None, key: bool
     ) -> Any:
         where = {"topic": topic, "partition": partition, "offset": offset}
-        if not self.registry_url:
+        if not self.registry:
             raise AvroWithoutRegistryError(
                 "an Avro message (Confluent wire format) and no schema registry to read it "
                 "with: set the registry the daemon writes to",
@@ -160,7 +172,7 @@ class MessageDecoder:
                     f"({exc})",
                     key=self.setting,
                 ) from None
-            self._client = SchemaRegistryClient({"url": self.registry_url})
+            self._client = SchemaRegistryClient(dict(self.registry or {}))
             self._deserializer = AvroDeserializer(self._client)
         return self._client, self._deserializer
 

@@ -77,7 +77,7 @@ class Source:
             names,
             names.expand(kafka.schema_topic),
             security,
-            config.spark.schema_registry_url,
+            _registry_url(config),
             _value_options(config),
         )
 
@@ -119,6 +119,13 @@ class Source:
                 if record.get("type") == "table":
                     found.add(f"{record['db']}.{record['table']}")
         return sorted(found)
+
+
+def _registry_url(config: Config) -> str | None:
+    """spark.schema_registry_url, else the daemon's envelope.schema_registry.url (its basic
+    auth is not passed on: Spark's options are not the place for a password)."""
+    daemon = config.envelope.schema_registry
+    return config.spark.schema_registry_url or (None if daemon is None else daemon.url)
 
 
 def _value_options(config: Config) -> dict[str, str]:

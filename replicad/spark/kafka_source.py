@@ -138,7 +138,8 @@ class Settings:
         )
 
     def decoder(self) -> MessageDecoder:
-        return MessageDecoder(self.registry_url, "spark.schema_registry_url")
+        registry = {"url": self.registry_url} if self.registry_url else None
+        return MessageDecoder(registry, "spark.schema_registry_url")
 
     def open(self) -> Consumer:
         return kafka_client(

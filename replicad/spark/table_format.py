@@ -151,7 +151,8 @@ def kafka_changes(
     db, _, table = options["table"].partition(".")
     # A plain Python UDF, one record at a time: mapInArrow would hand over whole Arrow
     # batches, but PySpark 4.2 refuses it without pandas, which replicad does not install.
-    decoder = MessageDecoder(options.get("schemaRegistryUrl"), "spark.schema_registry_url")
+    url = options.get("schemaRegistryUrl")
+    decoder = MessageDecoder({"url": url} if url else None, "spark.schema_registry_url")
     form = value_form({k.lower(): v for k, v in options.items()})
     to_exact = None if form is None else EnvelopeToExact(versions, form)
     typer = _Typer(schema, db, table, {v.version for v in versions}, decoder, to_exact)

@@ -232,7 +232,7 @@ def test_avro_without_a_registry_names_the_message_and_exits_78() -> None:
 
 
 def test_a_truncated_avro_message_is_a_data_error() -> None:
-    decoder = MessageDecoder("http://127.0.0.1:1", "spark.schema_registry_url")
+    decoder = MessageDecoder({"url": "http://127.0.0.1:1"}, "spark.schema_registry_url")
     with pytest.raises(AvroMessageError) as caught:
         decoder.value(b"\x00\x00\x00", "t", 0, 1)
     assert caught.value.exit_code == EXIT_DATA_ERROR
@@ -241,7 +241,25 @@ def test_a_truncated_avro_message_is_a_data_error() -> None:
 def test_the_decoder_pickles_without_its_clients() -> None:
     import pickle
 
-    decoder = MessageDecoder("http://127.0.0.1:1", "spark.schema_registry_url")
+    decoder = MessageDecoder({"url": "http://127.0.0.1:1"}, "spark.schema_registry_url")
     decoder._client = object()  # as after a first Avro message
     copy = pickle.loads(pickle.dumps(decoder))
     assert copy.registry_url == "http://127.0.0.1:1" and copy._client is None
+
+
+def test_a_reader_takes_its_own_registry_else_the_daemons(tmp_path: Any, monkeypatch: Any) -> None:
+    from replicad.config import load_config
+    from replicad.published.message_values import reader_registry
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "envelope:\n  values: debezium\n  format: avro\n"
+        "  schema_registry: {url: 'http://daemon:8081', username: u, password_env: REG_PW}\n"
+    )
+    config = load_config(path, {})
+    monkeypatch.setenv("REG_PW", "secret")
+    daemons = reader_registry(None, config)
+    assert daemons is not None and daemons["url"] == "http://daemon:8081"
+    assert daemons["basic.auth.user.info"] == "u:secret"
+    assert reader_registry("http://own:8081", config) == {"url": "http://own:8081"}
+    assert reader_registry(None, load_config(None, {})) is None
