@@ -211,16 +211,21 @@ class Published:
     table_topics: dict[str, str]
 
 
+def _create(conn: Any, db: str, without: str | None) -> list[str]:
+    """The all-types table, `without` a column; its columns."""
+    create = ALL_TYPES
+    if without is not None:
+        create = re.sub(rf"\b{without} [A-Z]+(\(\d+\))?,", "", ALL_TYPES)
+    execute(conn, f"USE `{db}`", create)
+    return [c for c in COLUMNS if c != without]
+
+
 def _publish_and_copy(
     db: Any, kafka: str, registry: str, tmp_path: Path, without: str | None = None
 ) -> Published:
     """The all-types table published and copied; `without` a column."""
     conn, name = db
-    create = (
-        ALL_TYPES if without is None else re.sub(rf"\b{without} [A-Z]+(\(\d+\))?,", "", ALL_TYPES)
-    )
-    columns = [c for c in COLUMNS if c != without]
-    execute(conn, f"USE `{name}`", create)
+    columns = _create(conn, name, without)
     prefixes = {kind: f"a{kind[0]}{uuid.uuid4().hex[:8]}" for kind in ("json", "payload", "avro")}
     replicad = KafkaReplicad(
         tmp_path / "replicad",
@@ -401,6 +406,18 @@ def _selected(conn: Any, db: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: {c: _select_value(c, v) for c, v in r.items()} for r in rows}
 
 
+def _assert_equal_select(rows: dict[int, dict[str, Any]], selected: dict[int, Any]) -> None:
+    lake = {i: {c: _lake_value(c, v) for c, v in row.items()} for i, row in rows.items()}
+    differing = {
+        (i, c): (lake[i].get(c), value)
+        for i, row in selected.items()
+        for c, value in row.items()
+        if lake.get(i, {}).get(c) != value
+    }
+    assert not differing
+    assert lake == selected
+
+
 @pytest.mark.serial
 def test_the_delta_lake_of_an_avro_topic_equals_the_json_topics(
     db, kafka, registry, spark, tmp_path
@@ -422,15 +439,7 @@ def test_the_delta_lake_of_an_avro_topic_equals_the_json_topics(
     selected = _selected(conn, name)
     assert sorted(lakes["avro"]) == sorted(selected) and len(selected) == ROWS - 5
     assert lakes["avro"] == lakes["payload"]
-    lake = {i: {c: _lake_value(c, v) for c, v in row.items()} for i, row in lakes["avro"].items()}
-    differing = {
-        (i, c): (lake[i].get(c), value)
-        for i, row in selected.items()
-        for c, value in row.items()
-        if lake[i].get(c) != value
-    }
-    assert not differing
-    assert lake == selected
+    _assert_equal_select(lakes["avro"], selected)
 
     # replicad-kafka (the Python data source) reads the same change rows from both topics
     read = {}
@@ -449,3 +458,38 @@ def test_the_delta_lake_of_an_avro_topic_equals_the_json_topics(
         read[kind] = [r.asDict(recursive=True) for r in rows]
     assert len(read["avro"]) >= ROWS and read["avro"] == read["payload"]
     assert read["avro"][0]["key"] == '{"id":1}' and read["avro"][0]["after"]["de"] is not None
+
+
+@pytest.mark.serial
+def test_the_daemons_avro_topic_materializes_equal_to_select(db, kafka, registry, tmp_path) -> None:
+    """End to end: `replicad run` with `envelope.format: avro` writes the topic, the Delta job
+    reads it with the daemon's registry and value options from the same config."""
+    conn, name = db
+    columns = _create(conn, name, without="tm")  # Delta has no type for TIME
+    prefix = f"ae{uuid.uuid4().hex[:8]}"
+    lake, checkpoints = tmp_path / "lake", tmp_path / "checkpoints"
+    replicad = KafkaReplicad(
+        tmp_path / "replicad",
+        server_id=7433,
+        prefix=prefix,
+        kafka=kafka,
+        db=name,
+        extra_yaml=(
+            "envelope: {values: debezium, format: avro, time_precision_mode: connect,"
+            f" bigint_unsigned_handling_mode: precise, schema_registry: {{url: '{registry}'}}}}\n"
+            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
+            f"checkpoint_path: '{checkpoints}'}}\n"
+        ),
+    )
+    replicad.start()
+    try:
+        _write(conn, name, columns, random.Random(36))
+        wait_caught_up(replicad)
+    finally:
+        assert replicad.stop() == 0
+    first = consume_all(kafka, f"{prefix}.{name}.t")[0]
+    assert first.value is not None and first.value[0] == 0  # the daemon wrote Avro
+    _materialize_once(replicad.config, tmp_path / "spark.log")
+    selected = _selected(conn, name)
+    assert len(selected) == ROWS - 5
+    _assert_equal_select(_delta_rows(lake / name / "t"), selected)
