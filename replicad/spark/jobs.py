@@ -163,12 +163,19 @@ class TableJob:
     ) -> DataStreamWriter:
         raise NotImplementedError
 
+    def _read(self, options: dict[str, str], versions: list[TypedSchema]) -> DataFrame:
+        """The table's change DataFrame, streamed by `replicad-kafka`."""
+        if self.settings.max_offsets_per_trigger:
+            options = {
+                **options,
+                "maxOffsetsPerTrigger": str(self.settings.max_offsets_per_trigger),
+            }
+        return self.spark.readStream.format("replicad-kafka").options(**options).load()
+
     def _start(self, table: str) -> StreamingQuery:
         options = self.source.options(table)
-        if self.settings.max_offsets_per_trigger:
-            options["maxOffsetsPerTrigger"] = str(self.settings.max_offsets_per_trigger)
         versions = ReplicadKafkaSource(options).versions
-        changes = self.spark.readStream.format("replicad-kafka").options(**options).load()
+        changes = self._read(options, versions)
         writer = (
             self._sink(table, changes, versions)
             .option("checkpointLocation", self.checkpoint(table))

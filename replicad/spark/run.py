@@ -42,11 +42,13 @@ def master_problem(master: str) -> str | None:
 
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     from replicad.spark import storage
+    from replicad.spark.delta_changes import DeltaChanges
     from replicad.spark.jobs import JOBS, Source
     from replicad.spark.session import build_session
     from replicad.spark.table_format import DeltaMaterialize, session_conf
 
-    delta = job == "materialize" and config.spark.lake_format == "delta"
+    delta = config.spark.lake_format == "delta"
+    delta_jobs = {"materialize": DeltaMaterialize, "changes": DeltaChanges}
     try:
         Source.of(config)  # a configuration the job cannot use fails before Spark starts
         conf = storage.with_s3(session_conf(config) if delta else {}, config, job)
@@ -58,7 +60,7 @@ def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")  # Spark's own chatter; replicad logs the job
     try:
-        runner = (DeltaMaterialize if delta else JOBS[job])(spark, config, once=once)
+        runner = (delta_jobs if delta else JOBS)[job](spark, config, once=once)
 
         def stop(signum: int, _frame: Any) -> None:
             log.info("stop_signal", signal=signal.Signals(signum).name)
@@ -87,19 +89,24 @@ def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
     """`replicad spark verify`: every lake table `spark.tables` takes, compared with MySQL."""
     from replicad.spark.jobs import Source
     from replicad.spark.session import build_session
+    from replicad.spark.table_format import session_conf
     from replicad.spark.verify import Verifier, jdbc_driver
 
     try:
         Source.of(config)
         password = config.source.resolve_password()
         driver = jdbc_driver(config, password)  # its jar must be there before Spark starts
+        lake_conf = session_conf(config)  # Delta's jars and extensions, for a Delta lake
     except ReplicadError as exc:
         print(f"replicad spark verify: {exc}", file=sys.stderr)
         return exit_code(exc)
     spark = build_session(
         master or config.spark.master,
         f"replicad-verify-{config.pipeline}",
-        conf={"spark.jars": str(driver.jar)},
+        conf={
+            **lake_conf,
+            "spark.jars": ",".join(filter(None, [lake_conf.get("spark.jars"), str(driver.jar)])),
+        },
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:

@@ -28,7 +28,6 @@ buckets of the key (one grouped pass over the table).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import zipfile
 from collections.abc import Sequence
@@ -56,8 +55,9 @@ from replicad.spark.canonical import (
     spark_token,
 )
 from replicad.spark.kafka_source import ReplicadKafkaSource, Settings, topic_ranges
-from replicad.spark.lake import DELETED, FILE, MANIFEST, POS, LakeTable
+from replicad.spark.lake import DELETED, FILE, POS
 from replicad.spark.types import table_struct
+from replicad.spark.verified_lake import VerifiedLake
 
 log = structlog.get_logger("replicad.spark")
 MARIADB_DRIVER = "org.mariadb.jdbc.Driver"
@@ -291,6 +291,7 @@ class Verifier:
         self.spark = spark
         self.config = config
         self.settings = config.spark
+        self.lake = VerifiedLake(config.spark)
         self.source = Source.of(config)
         self.materialize = Materialize  # where the lake tables and their checkpoints are
         source = config.source
@@ -346,21 +347,7 @@ class Verifier:
         return str(position["file"]), int(position["pos"])
 
     def _committed_offsets(self, table: str) -> dict[str, int]:
-        """The end offsets of the last micro-batch the table's `materialize` query
-        committed (its Spark checkpoint: `offsets/<n>` once `commits/<n>` exists)."""
-        checkpoint = Path(self.settings.checkpoint_path) / "materialize" / table
-        batches = sorted(
-            (int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()),
-            reverse=True,
-        )
-        for batch in batches:
-            offsets = checkpoint / "offsets" / str(batch)
-            if offsets.exists():
-                return {
-                    str(k): int(v)
-                    for k, v in json.loads(offsets.read_text().splitlines()[-1]).items()
-                }
-        return {}
+        return self.lake.committed_offsets(table, self.source.options(table)["topic"])
 
     def wait_for_lake(self, table: str, position: Coordinates, deadline: float) -> None:
         """Until the lake table has applied every change up to `position`."""
@@ -394,20 +381,12 @@ class Verifier:
 
     # ------------------------------------------------------------------ one table
 
-    def lake_path(self, table: str) -> Path:
-        db, _, name = table.partition(".")
-        return Path(self.settings.lake_path) / db / name
-
     def tables(self) -> list[str]:
         import re
 
         pattern = re.compile(self.settings.tables)
         storage.local_only(self.settings.lake_path, "spark.lake_path", "verify")
-        root = Path(self.settings.lake_path)
-        found = sorted(
-            f"{p.parent.parent.name}.{p.parent.name}" for p in root.glob(f"*/*/{MANIFEST}")
-        )
-        return [t for t in found if pattern.fullmatch(t)]
+        return [t for t in self.lake.tables() if pattern.fullmatch(t)]
 
     def verify(self, table: str, timeout_s: float) -> TableReport:
         report = TableReport(table)
@@ -418,13 +397,11 @@ class Verifier:
             raise VerifyError("a table without a primary key cannot be verified", table=table)
         by_name = {c["name"]: c for c in columns}
         key = [by_name[k] for k in key_names]
-        lake = LakeTable(
-            self.spark,
-            self.lake_path(table),
-            key_names,
-            table_struct(versions),
-            self.settings.buckets,
-        )
+        struct = table_struct(versions)
+
+        def lake() -> DataFrame:  # the current version, read again each round
+            return self.lake.stored(self.spark, table, key_names, struct)
+
         db, _, name = table.partition(".")
         source_table = f"{quote_name(db)}.{quote_name(name)}"
         deadline = time.monotonic() + timeout_s
@@ -439,7 +416,7 @@ class Verifier:
         after = self._binlog_end()
         report.position = {"file": after[0], "pos": after[1]}
         self.wait_for_lake(table, after, deadline)
-        lake_rows = self._lake_rows(lake, columns, key, partitioning)
+        lake_rows = self._lake_rows(lake(), columns, key, partitioning)
         live = lake_rows.filter(~F.col(DELETED))
         lake_sums = {
             int(r["_range"]): (int(r["n"]), int(r["s"] or 0))
@@ -475,10 +452,11 @@ class Verifier:
             mysql_rows.count()  # read now: between `before` and `after`
             after = self._binlog_end()
             self.wait_for_lake(table, after, deadline)
-            lake_rows = self._lake_rows(lake, columns, key, partitioning).filter(
+            lake_rows = self._lake_rows(lake(), columns, key, partitioning).filter(
                 F.col("_range").isin(pending)
             )
-            diff = self._diff(mysql_rows, lake_rows, columns, key, before)
+            absent_settle = self.lake.absent_keys_settle_at_once or report.rounds > 1
+            diff = self._diff(mysql_rows, lake_rows, columns, key, before, absent_settle)
             if again is not None:  # a key recorded in an earlier round is not looked at again
                 diff = diff.join(again, key_columns, "left_semi")
             diff = diff.persist()
@@ -577,14 +555,13 @@ class Verifier:
 
     def _lake_rows(
         self,
-        lake: LakeTable,
+        stored: DataFrame,
         columns: list[dict[str, Any]],
         key: list[dict[str, Any]],
         partitioning: Partitioning,
     ) -> DataFrame:
         """Every key the lake knows (deleted ones too), with its range, tokens, hash and last
         coordinates."""
-        stored = lake.stored()
         tokens = [
             spark_token(c, F.col(c["name"]), mariadb=self.mariadb).alias(f"_c{i}")
             for i, c in enumerate(columns)
@@ -606,7 +583,10 @@ class Verifier:
         columns: list[dict[str, Any]],
         key: list[dict[str, Any]],
         before: Coordinates,
+        absent_settle: bool,
     ) -> DataFrame:
+        """The keys that differ, with their kind and columns; `_settled` when the lake's last
+        change of the key lies before `before` or, if `absent_settle`, the lake lacks it."""
         positions = {c["name"]: i for i, c in enumerate(columns)}
         key_columns = [f"_c{positions[k['name']]}" for k in key]
         others = [f"_c{i}" for i in range(len(columns)) if f"_c{i}" not in key_columns]
@@ -646,7 +626,11 @@ class Verifier:
             joined.withColumn("_kind", kind)
             .withColumn("_columns", differing)
             .filter(F.col("_kind").isNotNull())
-            .withColumn("_settled", F.col(FILE).isNull() | F.coalesce(changed_before, F.lit(False)))
+            .withColumn(
+                "_settled",
+                (F.col(FILE).isNull() & F.lit(absent_settle))
+                | F.coalesce(changed_before, F.lit(False)),
+            )
             .withColumn("_range", F.coalesce("_mrange", "_lrange"))
         )
 
