@@ -752,6 +752,11 @@ class SnapshotConfig(_Strict):
         return self
 
 
+# A schema registry's base URL for the readers of Avro topics (Apicurio's ends in
+# /apis/ccompat/v7)
+REGISTRY_URL_PATTERN = r"^https?://\S+$"
+
+
 class SparkS3Config(_Strict):
     """S3 for `s3a://` lake, changes and checkpoint paths (Hadoop's S3A; docs/spark.md,
     "Object storage"). Credentials: the AWS chain S3A reads (AWS_ACCESS_KEY_ID and
@@ -794,6 +799,9 @@ class SparkConfig(_Strict):
     verify_rounds: int = Field(3, ge=1)  # re-reads of keys still changing before "unsettled"
     verify_timeout_s: float = Field(300.0, gt=0)  # the longest wait for the lake to catch up
     verify_max_keys: int = Field(1000, ge=0)  # keys listed per kind of difference and table
+    # The schema registry of Avro change topics (`envelope.format: avro`), e.g.
+    # http://registry:8081; JSON topics need none (published/message_values.py)
+    schema_registry_url: str | None = Field(None, pattern=REGISTRY_URL_PATTERN)
 
     @field_validator("tables")
     @classmethod
@@ -899,6 +907,9 @@ class InvalidateConfig(_Strict):
     # /metrics, /healthz, /readyz of `replicad invalidate` (off unless set); not
     # metrics.listen: `replicad run` may read the same file on the same host
     metrics_listen: str | None = Field(None, pattern=LISTEN_PATTERN)
+    # The schema registry of Avro change topics (`envelope.format: avro`), e.g.
+    # http://registry:8081; JSON topics need none (published/message_values.py)
+    schema_registry_url: str | None = Field(None, pattern=REGISTRY_URL_PATTERN)
 
 
 class Config(_Strict):

@@ -20,7 +20,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -39,6 +38,7 @@ from replicad.invalidate.redis_target import (
 from replicad.invalidate.rules import Plan, RuleSet
 from replicad.log_limit import EveryInterval
 from replicad.published.kafka_clients import kafka_client, shared_settings
+from replicad.published.message_values import MessageDecoder, reader_registry
 from replicad.published.topics import TopicNames
 
 try:  # the `invalidate` extra
@@ -100,6 +100,9 @@ class Invalidator:
         names = TopicNames.of(kafka, config.pipeline)
         self.schema_topic = names.expand(kafka.schema_topic) if kafka.schema_topic else ""
         self.topics = names.pattern()
+        self.decoder = MessageDecoder(
+            reader_registry(settings.schema_registry_url, config), "invalidate.schema_registry_url"
+        )
         self.consumer_settings: dict[str, Any] = {
             "bootstrap.servers": kafka.bootstrap_servers,
             "group.id": settings.group_id or f"replicad-invalidate-{config.pipeline}",
@@ -247,7 +250,7 @@ class Invalidator:
             if value is None:
                 continue  # a tombstone
             try:
-                record = orjson.loads(value)
+                record = self.decoder.value(value, topic, partition, offset)
                 if isinstance(record, dict) and "payload" in record and "schema" in record:
                     record = record["payload"]  # the Debezium-style envelope with schemas
                 if not isinstance(record, dict):

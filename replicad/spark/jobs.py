@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from replicad.config import Config
+from replicad.consumers.debezium_exact import DebeziumForm
 from replicad.consumers.typed import TypedSchema
 from replicad.errors import ConfigError, ReplicadError
 from replicad.published.kafka_clients import shared_settings
@@ -53,6 +54,8 @@ class Source:
     topics: TopicNames
     schema_topic: str
     security: dict[str, str] = field(repr=False)  # may hold sinks.kafka.sasl's password
+    registry_url: str | None = None  # spark.schema_registry_url: for Avro topics
+    values: dict[str, str] = field(default_factory=dict)  # envelope.values and its options
 
     @classmethod
     def of(cls, config: Config) -> Source:
@@ -69,7 +72,14 @@ class Source:
                 key="sinks.kafka.schema_topic",
             )
         security = {k: str(v) for k, v in shared_settings(kafka).items()}
-        return cls(kafka.bootstrap_servers, names, names.expand(kafka.schema_topic), security)
+        return cls(
+            kafka.bootstrap_servers,
+            names,
+            names.expand(kafka.schema_topic),
+            security,
+            _registry_url(config),
+            _value_options(config),
+        )
 
     def options(self, table: str) -> dict[str, str]:
         db, _, name = table.partition(".")
@@ -80,6 +90,8 @@ class Source:
             "table": table,
             "topic": topic,
             "schemaTopic": self.schema_topic,
+            **({"schemaRegistryUrl": self.registry_url} if self.registry_url else {}),
+            **self.values,
         }
 
     def tables(self) -> list[str]:
@@ -107,6 +119,25 @@ class Source:
                 if record.get("type") == "table":
                     found.add(f"{record['db']}.{record['table']}")
         return sorted(found)
+
+
+def _registry_url(config: Config) -> str | None:
+    """spark.schema_registry_url, else the daemon's envelope.schema_registry.url (its basic
+    auth is not passed on: Spark's options are not the place for a password)."""
+    daemon = config.envelope.schema_registry
+    return config.spark.schema_registry_url or (None if daemon is None else daemon.url)
+
+
+def _value_options(config: Config) -> dict[str, str]:
+    """`replicad-kafka`'s envelopeValues and debezium.* options for the daemon's envelope."""
+    envelope = config.envelope
+    if envelope.values != "debezium":
+        return {}
+    names = DebeziumForm.__dataclass_fields__
+    return {
+        "envelopeValues": "debezium",
+        **{f"debezium.{name}": str(getattr(envelope, name)) for name in names},
+    }
 
 
 class TableJob:

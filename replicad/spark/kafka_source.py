@@ -12,7 +12,13 @@ Options (the Kafka ones named as Spark's Kafka source names them):
 - `table` (required): `db.table`;
 - `prefix`: the pipeline's `sinks.kafka.prefix`, for the default topic names;
 - `topic` (default `{prefix}.{db}.{table}`), `schemaTopic` (default `{prefix}.schema`);
-- `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`.
+- `startingOffsets`: `earliest` (default) or `latest`; streaming only: `maxOffsetsPerTrigger`;
+- `schemaRegistryUrl`: the registry of an Avro topic (`envelope.format: avro`); JSON topics
+  need none;
+- `envelopeValues`: `exact` (default) or `debezium` (the daemon's `envelope.values`; Avro
+  topics are `debezium`), with `debezium.<option>` for each of `envelope`'s Debezium options
+  the daemon was given (`debezium.time_precision_mode`, ...): values are read back into the
+  exact form the types expect (consumers/debezium_exact.py).
 Offsets of a streaming query are kept in Spark's checkpoint, not in Kafka.
 
 Reads are read_committed: a partition ends at its last stable offset (before the first record
@@ -36,9 +42,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from replicad.consumers.debezium_exact import DebeziumForm, EnvelopeToExact
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ReplicadError
 from replicad.published.kafka_clients import kafka_client
+from replicad.published.message_values import MessageDecoder
 from replicad.published.topics import DEFAULT_SCHEMA_TOPIC, DEFAULT_TABLE_TOPIC, TopicNames
 from replicad.spark.types import change_row, change_schema, row_converter, row_struct
 
@@ -78,6 +86,8 @@ class Settings:
     schema_topic: str
     starting: str
     max_per_trigger: int | None
+    registry_url: str | None = None
+    form: DebeziumForm | None = None  # None: the exact value mode
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Settings:
@@ -115,7 +125,21 @@ class Settings:
                 option="kafka.isolation.level",
                 value=isolation,
             )
-        return cls(consumer, db, name, topic, schema_topic, starting, int(limit) if limit else None)
+        return cls(
+            consumer,
+            db,
+            name,
+            topic,
+            schema_topic,
+            starting,
+            int(limit) if limit else None,
+            options.get("schemaregistryurl") or None,
+            value_form(options),
+        )
+
+    def decoder(self) -> MessageDecoder:
+        registry = {"url": self.registry_url} if self.registry_url else None
+        return MessageDecoder(registry, "spark.schema_registry_url")
 
     def open(self) -> Consumer:
         return kafka_client(
@@ -128,6 +152,24 @@ class Settings:
                 "auto.offset.reset": "earliest",
             },
         )
+
+
+def value_form(options: dict[str, str]) -> DebeziumForm | None:
+    """The Debezium options of `envelopeValues: debezium` (None for exact), from options
+    whose names are lower case."""
+    values = options.get("envelopevalues", "exact")
+    if values == "exact":
+        return None
+    if values != "debezium":
+        raise SparkSourceError("envelopeValues is exact or debezium", value=values)
+    fields = DebeziumForm.__dataclass_fields__
+    given = {
+        k.removeprefix("debezium."): v for k, v in options.items() if k.startswith("debezium.")
+    }
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise SparkSourceError("unknown Debezium options", options=unknown)
+    return DebeziumForm(**given)
 
 
 def messages(settings: Settings, part: TopicRange) -> Iterator[Any]:
@@ -275,14 +317,17 @@ class _Rows:
         self.settings = settings
         self.known = {v.version for v in versions}
         self.struct = struct
+        self.to_exact = None if settings.form is None else EnvelopeToExact(versions, settings.form)
 
     def read(self, part: TopicRange) -> Iterator[tuple]:
         convert = row_converter(self.struct)
+        decoder = self.settings.decoder()
         for message in messages(self.settings, part):
             value = message.value()
             if value is None:
                 continue  # a tombstone: the delete before it is the change
-            envelope = orjson.loads(value)
+            offset = _offset(message)
+            envelope = decoder.value(value, part.topic, part.partition, offset)
             source = envelope["source"]
             if (source.get("db"), source.get("table")) != (self.settings.db, self.settings.table):
                 continue  # a topic template shared by tables ({prefix}.{db}): not this one
@@ -293,17 +338,19 @@ class _Rows:
                     "DDL after the start, or a schema topic read short): start it again",
                     topic=part.topic,
                     partition=part.partition,
-                    offset=_offset(message),
+                    offset=offset,
                     version=version,
                 )
+            if self.to_exact is not None:
+                envelope = self.to_exact(envelope)
             key = message.key()
             yield change_row(
                 envelope,
-                None if key is None else key.decode(),
+                None if key is None else decoder.key_text(key, part.topic, part.partition, offset),
                 convert,
                 part.topic,
                 part.partition,
-                _offset(message),
+                offset,
             )
 
 

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -39,13 +38,15 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
 from replicad.config import Config
+from replicad.consumers.debezium_exact import EnvelopeToExact
 from replicad.consumers.typed import SchemaUnknownError, TypedSchema
 from replicad.errors import ConfigError
+from replicad.published.message_values import MessageDecoder
 from replicad.spark import storage
 from replicad.spark.complete import Completeness, batch_end, offset_log
 from replicad.spark.cut import Point, commit_metadata
 from replicad.spark.jobs import Materialize
-from replicad.spark.kafka_source import ReplicadKafkaSource
+from replicad.spark.kafka_source import ReplicadKafkaSource, value_form
 from replicad.spark.lake import (
     DELETED,
     FILE,
@@ -150,7 +151,12 @@ def kafka_changes(
     db, _, table = options["table"].partition(".")
     # A plain Python UDF, one record at a time: mapInArrow would hand over whole Arrow
     # batches, but PySpark 4.2 refuses it without pandas, which replicad does not install.
-    typed = F.udf(_Typer(schema, db, table, {v.version for v in versions}), schema)
+    url = options.get("schemaRegistryUrl")
+    decoder = MessageDecoder({"url": url} if url else None, "spark.schema_registry_url")
+    form = value_form({k.lower(): v for k, v in options.items()})
+    to_exact = None if form is None else EnvelopeToExact(versions, form)
+    typer = _Typer(schema, db, table, {v.version for v in versions}, decoder, to_exact)
+    typed = F.udf(typer, schema)
     raw = reader.load()
     change = typed("key", "value", "topic", "partition", "offset").alias("change")
     return raw.select(change).filter(F.col("change").isNotNull()).select("change.*")
@@ -160,11 +166,21 @@ class _Typer:
     """One Kafka record to a change row (None: a tombstone or another table's record), on
     the Python workers, as `replicad-kafka` types it (replicad/spark/kafka_source.py)."""
 
-    def __init__(self, schema: StructType, db: str, table: str, known: set[str]) -> None:
+    def __init__(
+        self,
+        schema: StructType,
+        db: str,
+        table: str,
+        known: set[str],
+        decoder: MessageDecoder,
+        to_exact: EnvelopeToExact | None,
+    ) -> None:
         self.schema = schema
         self.db = db
         self.table = table
         self.known = known
+        self.decoder = decoder
+        self.to_exact = to_exact
         self._convert: RowConvert | None = None
 
     def __call__(
@@ -172,7 +188,7 @@ class _Typer:
     ) -> tuple | None:
         if value is None:
             return None  # a tombstone: the delete before it is the change
-        envelope = orjson.loads(value)
+        envelope = self.decoder.value(value, topic, partition, offset)
         source = envelope["source"]
         if (source.get("db"), source.get("table")) != (self.db, self.table):
             return None  # a topic template shared by tables
@@ -186,13 +202,15 @@ class _Typer:
                 offset=offset,
                 version=version,
             )
+        if self.to_exact is not None:
+            envelope = self.to_exact(envelope)
         if self._convert is None:  # built on the worker, once per deserialized copy
             after = self.schema["after"].dataType
             assert isinstance(after, StructType)
             self._convert = row_converter(after)
         return change_row(
             envelope,
-            None if key is None else bytes(key).decode(),
+            None if key is None else self.decoder.key_text(key, topic, partition, offset),
             self._convert,
             topic,
             partition,
