@@ -49,7 +49,8 @@ from tests.helpers.kafka_helpers import Record, consume_all, create_topics
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 from tests.integration.test_spark_open_lake import _jars, _materialize_once
 
-pytestmark = pytest.mark.integration
+# serial: two of its tests run Spark (scripts/test.sh runs test_spark_*.py beside the rest)
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 schema_registry = pytest.importorskip(
     "confluent_kafka.schema_registry", reason="the test extra (confluent-kafka[avro]) is missing"
