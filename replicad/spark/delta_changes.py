@@ -6,7 +6,8 @@ Delta's streaming sink records each micro-batch's id in the table's log (the que
 batch id as a transaction), so a batch run again after a crash is not appended twice, and
 with the checkpoint each topic record lands once. A schema version the query was not started
 with stops the query, which the job starts again; the new columns are merged into the table's
-schema (`mergeSchema`), older rows read them as null.
+schema (`mergeSchema`), older rows read them as null. TIME values in the row images are
+stored as microseconds (delta_types.py: Delta holds no intervals).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from replicad.consumers.typed import TypedSchema
+from replicad.spark.delta_types import stored_images
 from replicad.spark.jobs import Changes
 from replicad.spark.table_format import kafka_changes
 
@@ -27,7 +29,7 @@ class DeltaChanges(Changes):
     def _sink(
         self, table: str, changes: DataFrame, versions: list[TypedSchema]
     ) -> DataStreamWriter:
-        dated = changes.withColumn("date", F.to_date("commit_ts"))
+        dated = stored_images(changes).withColumn("date", F.to_date("commit_ts"))
         return (
             dated.writeStream.format("delta")
             .outputMode("append")

@@ -45,6 +45,7 @@ from replicad.published.message_values import MessageDecoder
 from replicad.spark import storage
 from replicad.spark.complete import Completeness, batch_end, offset_log
 from replicad.spark.cut import Point, commit_metadata
+from replicad.spark.delta_types import stored_struct, to_stored
 from replicad.spark.jobs import Materialize
 from replicad.spark.kafka_source import ReplicadKafkaSource, value_form
 from replicad.spark.lake import (
@@ -246,12 +247,13 @@ class DeltaLakeTable:
     def _ensure(self, spark: SparkSession) -> None:
         """The table exists with every column of `columns` (an ALTER's new ones added: a
         separate commit, harmless since they are null until the batch writes them)."""
+        stored = stored_struct(self.columns)
         if not storage.exists(spark, storage.join(self.path, "_delta_log")):
-            schema = StructType([*self.columns.fields, *_bookkeeping().fields])
+            schema = StructType([*stored.fields, *_bookkeeping().fields])
             spark.createDataFrame([], schema).write.format("delta").mode("append").save(self.path)
             return
         present = set(spark.read.format("delta").load(self.path).columns)
-        missing = [f for f in self.columns.fields if f.name not in present]
+        missing = [f for f in stored.fields if f.name not in present]
         if missing:
             added = ", ".join(f"{_q(f.name)} {f.dataType.simpleString()}" for f in missing)
             spark.sql(f"ALTER TABLE {self.target} ADD COLUMNS ({added})")
@@ -265,9 +267,9 @@ class DeltaLakeTable:
         image = F.when(deleted, F.col("before")).otherwise(F.col("after"))
         stored = rows.select(
             *[
-                (image[f.name] if f.name in self.key else F.col("after")[f.name])
-                .try_cast(f.dataType)
-                .alias(f.name)
+                to_stored(
+                    image[f.name] if f.name in self.key else F.col("after")[f.name], f.dataType
+                ).alias(f.name)
                 for f in self.columns.fields
             ],
             F.col("file").alias(FILE),

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from replicad.config import SparkConfig
 from replicad.spark.complete import batch_end
+from replicad.spark.delta_types import from_stored
 from replicad.spark.lake import DELETED, FILE, MANIFEST, POS, LakeTable
 from replicad.spark.maintenance import lake_tables
 
@@ -55,7 +56,9 @@ class VerifiedLake:
             return LakeTable(spark, self.path(table), key, columns, self.settings.buckets).stored()
         rows = spark.read.format("delta").load(str(self.path(table)))
         return rows.select(
-            *[F.col(f.name) for f in columns.fields], F.col(FILE), F.col(POS)
+            *[from_stored(F.col(f.name), f.dataType).alias(f.name) for f in columns.fields],
+            F.col(FILE),
+            F.col(POS),
         ).withColumn(DELETED, F.lit(False))
 
     def checkpoint(self, table: str) -> Path:

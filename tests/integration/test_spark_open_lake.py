@@ -29,7 +29,7 @@ from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
-COLUMNS = "id, v, note, amt, at, big, raw"
+COLUMNS = "id, v, note, amt, at, big, raw, tm"
 BOOKKEEPING = {"_replicad_file", "_replicad_pos", "_replicad_row"}
 
 
@@ -67,6 +67,8 @@ def _delta_rows(
         values = {k: v for k, v in row.items() if k not in BOOKKEEPING}
         if values.get("big") is not None:
             values["big"] = int(values["big"])  # DECIMAL(20,0)
+        if values.get("tm") is not None:
+            values["tm"] = dt.timedelta(microseconds=values["tm"])  # TIME as microseconds
         assert values["id"] not in out, f"key {values['id']} twice in the Delta table"
         out[values["id"]] = values
     return out
@@ -79,7 +81,7 @@ def _materialize_once(config: Path, log: Path) -> None:
 
 def _insert(cur: Any, ids: range, tag: str) -> None:
     cur.executemany(
-        f"INSERT INTO acc ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        f"INSERT INTO acc ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
         [
             (
                 i,
@@ -89,6 +91,8 @@ def _insert(cur: Any, ids: range, tag: str) -> None:
                 dt.datetime(2026, 11, 28, 10, 0, 0, i),
                 2**64 - i,
                 i.to_bytes(4, "big"),
+                # TIME is a signed duration up to 838:59:59 (the lake stores microseconds)
+                None if i % 11 == 0 else dt.timedelta(hours=i * 7 % 1600 - 800, microseconds=i),
             )
             for i in ids
         ],
@@ -112,7 +116,8 @@ def _acc_pipeline(
     with conn.cursor() as cur:
         cur.execute(
             "CREATE TABLE acc (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
-            "amt DECIMAL(12,2), at DATETIME(6), big BIGINT UNSIGNED, raw VARBINARY(8))"
+            "amt DECIMAL(12,2), at DATETIME(6), big BIGINT UNSIGNED, raw VARBINARY(8), "
+            "tm TIME(6))"
         )
     conn.commit()
     lake = lake or str(tmp_path / "lake")
