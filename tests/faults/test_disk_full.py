@@ -5,9 +5,7 @@ delivers every row (issue 37, item 3)."""
 
 from __future__ import annotations
 
-import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from tests.helpers.daemon_process import DaemonProcess, kill_leftovers, wait_for
 from tests.helpers.databases import fresh_database
 from tests.helpers.mariadb import MARIADB_PORT
 from tests.helpers.mariadb import connect_root as mariadb_root
+from tests.helpers.small_disk import SmallDiskError, fill, mounted_tmpfs
 
 pytestmark = pytest.mark.faults
 ROWS = 400
@@ -25,33 +24,14 @@ ROWS = 400
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, f"cannot mount a tmpfs (needs root): {result.stderr}"
     try:
-        yield mount
-    finally:
-        kill_leftovers()
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(disk: Path) -> Path:
-    """Fill `disk` to the last byte; the filler is the file to delete to free it."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-    return filler
+        with mounted_tmpfs(tmp_path / "disk") as mount:
+            try:
+                yield mount
+            finally:
+                kill_leftovers()
+    except SmallDiskError as exc:
+        raise AssertionError(str(exc)) from exc
 
 
 def _daemon(tmp: Path, disk: Path, db: str, placed: str) -> DaemonProcess:
@@ -101,7 +81,7 @@ def test_a_full_disk_stops_with_the_path_and_a_restart_loses_nothing(
             cur.execute("INSERT INTO t VALUES (0, 'before')")
         wait_for(lambda: _ids(daemon) == [0], 20, "the first row")
         wait_for(lambda: (daemon.position() or {}).get("file") is not None, 10, "a position")
-        filler = _fill(small_disk)
+        filler = fill(small_disk)
         committed = {}  # id -> the sequence number of its transaction's GTID
         with conn.cursor() as cur:
             for i in range(1, ROWS + 1):

@@ -22,7 +22,13 @@ import pytest
 
 from replicad.binlog.gtid import MariaGtidPosition
 from tests.helpers.daemon_process import wait_for
-from tests.helpers.ha import SESSION_TIMEOUT_S, HaReplicad, coordinate, fold_in_binlog_order
+from tests.helpers.ha import (
+    SESSION_TIMEOUT_S,
+    HaReplicad,
+    coordinate,
+    event_time,
+    fold_in_binlog_order,
+)
 from tests.helpers.kafka_helpers import consume_all
 from tests.helpers.kafka_run import (
     BackgroundWriter,
@@ -122,7 +128,8 @@ def test_member_restarts_and_quorum_loss(
             e
             for w in workers
             for e in w.log_events()
-            if e.get("event") in ("publishing_paused", "pipeline_abandoned") and _ts(e) > lost_at
+            if e.get("event") in ("publishing_paused", "pipeline_abandoned")
+            and event_time(e) > lost_at
         ]
         assert paused, "no leader noticed the quorum loss"
         ensemble.start(2)
@@ -157,9 +164,3 @@ def test_member_restarts_and_quorum_loss(
         f"ensemble: 3 member restarts + quorum loss, {statements} statements, "
         f"{len(records)} messages, {len(dups)} duplicated"
     )
-
-
-def _ts(event: dict[str, Any]) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()

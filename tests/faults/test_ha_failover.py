@@ -63,6 +63,7 @@ from tests.helpers.ha import (
     HaPrimary,
     HaReplicad,
     coordinate,
+    event_time,
     fold_in_binlog_order,
 )
 from tests.helpers.kafka_helpers import Record
@@ -152,8 +153,8 @@ def first_publish_after(worker: HaReplicad, t: float) -> float | None:
     """Wall time of the worker's first `publishing` log line after t (its pipeline started
     and handed a row to Kafka), from the structured log."""
     for event in worker.log_events():
-        if event.get("event") == "first_row_published" and _ts(event) > t:
-            return _ts(event)
+        if event.get("event") == "first_row_published" and event_time(event) > t:
+            return event_time(event)
     return None
 
 
@@ -172,7 +173,8 @@ def wait_for_takeover(others: list[HaReplicad], started: float, fault: str) -> f
 def wait_for_abandon(worker: HaReplicad, after: float, who: str) -> None:
     def abandoned() -> bool:
         return any(
-            e.get("event") == "pipeline_abandoned" and _ts(e) > after for e in worker.log_events()
+            e.get("event") == "pipeline_abandoned" and event_time(e) > after
+            for e in worker.log_events()
         )
 
     try:
@@ -182,15 +184,9 @@ def wait_for_abandon(worker: HaReplicad, after: float, who: str) -> None:
         seen = [
             {k: e.get(k) for k in ("timestamp", "event", "error") if k in e}
             for e in worker.log_events()
-            if _ts(e) > after and e.get("level") != "debug"
+            if event_time(e) > after and e.get("level") != "debug"
         ]
         raise AssertionError(f"{exc}; exit code {worker.proc.poll()}; log: {seen[-8:]}") from None
-
-
-def _ts(event: dict[str, Any]) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 @dataclass
@@ -415,9 +411,11 @@ def _assert_deposed_led_again(workers: list[HaReplicad], faults: list[Fault]) ->
         if index + len(workers) - 1 >= len(faults):
             break  # its turn has not come back within the sequence
         events = by_name[fault.worker].log_events()
-        led = [e for e in events if e.get("event") == "leading" and _ts(e) > fault.started]
+        led = [e for e in events if e.get("event") == "leading" and event_time(e) > fault.started]
         published = [
-            e for e in events if e.get("event") == "first_row_published" and _ts(e) > fault.started
+            e
+            for e in events
+            if e.get("event") == "first_row_published" and event_time(e) > fault.started
         ]
         assert led and published, (
             f"{fault.worker}, deposed by fault {index} ({fault.kind}), never led again"
@@ -681,15 +679,17 @@ def _assert_successors_saw_every_commit(workers: list[HaReplicad]) -> None:
         for event in worker.log_events():
             name = event.get("event")
             if name == "leading":
-                leading = _ts(event)
+                leading = event_time(event)
             elif name == "kafka_transactions_ready":
-                fenced_at = _ts(event)
+                fenced_at = event_time(event)
             elif name in ("kafka_position_loaded", "kafka_position_absent") and fenced_at:
                 loaded = event.get("position")
                 fences.append((fenced_at, worker.name, loaded and _position_key(loaded)))
                 fenced_at = None
             elif name == "kafka_batch_committed":
-                commits.append((_ts(event), worker.name, leading, _position_key(event["position"])))
+                commits.append(
+                    (event_time(event), worker.name, leading, _position_key(event["position"]))
+                )
     for at, name, leading, position in commits:
         for fence, other, loaded in fences:
             if other != name and leading < fence < at:
@@ -718,7 +718,7 @@ def _assert_silent_after_loss(zombie: Zombie, fenced_ok: bool = False) -> None:
     than at that pause. With `fenced_ok` (exactly-once) its pipeline may instead have failed
     first, its Kafka producer fenced or its transaction aborted by the new leader
     (`pipeline_failed_without_lease`, no drain): the caller then checks its output itself."""
-    events = [e for e in zombie.worker.log_events() if _ts(e) >= zombie.woke]
+    events = [e for e in zombie.worker.log_events() if event_time(e) >= zombie.woke]
     names = [e.get("event") for e in events]
     assert "pipeline_abandoned" in names, "the zombie never abandoned its pipeline"
     end = names.index("pipeline_abandoned")
@@ -742,7 +742,7 @@ def _assert_no_output_after_wake(
     ready = [
         e
         for e in zombie.worker.log_events()
-        if e.get("event") == "kafka_transactions_ready" and _ts(e) < zombie.stopped
+        if e.get("event") == "kafka_transactions_ready" and event_time(e) < zombie.stopped
     ]
     assert ready, "the zombie never initialised Kafka transactions"
     instance = ready[-1]["instance"]

@@ -24,7 +24,6 @@ import pytest
 from tests.faults.test_ha_failover import (
     FAILOVER_BOUND_S,
     LEASE_S,
-    _ts,
     change_id,
     first_publish_after,
     leader_of,
@@ -39,6 +38,8 @@ from tests.helpers.ha import (
     SESSION_TIMEOUT_S,
     STARTUP_WAIT_S,
     HaReplicad,
+    event_time,
+    events_after,
     fold_in_binlog_order,
 )
 from tests.helpers.kafka_run import (
@@ -165,10 +166,6 @@ def start_leading(pipeline: Pipeline, leader: HaReplicad, standby: HaReplicad | 
     assert pipeline.leader([leader] + ([standby] if standby else [])) is leader
 
 
-def events_after(worker: HaReplicad, t: float, *names: str) -> list[dict[str, Any]]:
-    return [e for e in worker.log_events() if e.get("event") in names and _ts(e) > t]
-
-
 @pytest.mark.parametrize(
     ("mode", "direction"),
     [
@@ -209,7 +206,7 @@ def test_leader_cut_from_zookeeper_hands_over(
             assert took <= FAILOVER_BOUND_S, took
             wait_for_abandon(w0, cut, "the cut leader")
             stopped = events_after(w0, cut, "publishing_paused", "pipeline_abandoned")
-            assert _ts(stopped[0]) - cut <= SESSION_TIMEOUT_S, stopped[0]
+            assert event_time(stopped[0]) - cut <= SESSION_TIMEOUT_S, stopped[0]
             abandoned = events_after(w0, cut, "pipeline_abandoned")[0]
             assert stopped[0]["rows"] == abandoned["rows"], (stopped[0], abandoned)
             ns.heal("zookeeper")

@@ -1,10 +1,17 @@
-"""A table with every column type MariaDB has (ALL_TYPES) and random SQL literals for it,
-edge values included: shared by the consumer-contract and snapshot tests."""
+"""A table with every column type MariaDB has (ALL_TYPES), random SQL literals for it (edge
+values included), and its oracle: the rows as SELECT returns them and the change messages,
+typed by the schema topic alone, folded into the same form. Shared by the consumer-contract
+and snapshot tests and the fault campaign (bench/chaos.py)."""
 
 from __future__ import annotations
 
 import random
+import struct
 from typing import Any
+
+import pymysql
+
+from replicad.consumers.typed import SchemaCatalog
 
 ALL_TYPES = """CREATE TABLE t (
     id INT NOT NULL PRIMARY KEY,
@@ -123,3 +130,40 @@ def insert_random(cur: Any, rng: random.Random, ids: range, columns: list[str]) 
     for i in ids:
         values = ", ".join(random_literal(c, rng) for c in columns)
         cur.execute(f"INSERT INTO t (id, {', '.join(columns)}) VALUES ({i}, {values})")
+
+
+def selected_rows(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[str, Any]]:
+    """The rows of `db`.t by id, as PyMySQL returns them (its own Python types)."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM `{db}`.t")
+        return {row["id"]: row for row in cur.fetchall()}
+
+
+def comparable(column: str, value: Any) -> Any:
+    """A typed message value in the form PyMySQL gives the same SQL value."""
+    if value is None:
+        return None
+    if column == "bt":  # BIT: an int in the message, big-endian bytes from PyMySQL
+        return value.to_bytes(2, "big")
+    if column == "ts3":  # TIMESTAMP: UTC in the message; the session zone here is UTC
+        return value.replace(tzinfo=None)
+    if column == "g":  # (srid, WKB) in the message; SRID + WKB in MariaDB's own format
+        srid, wkb = value
+        return struct.pack("<I", srid) + wkb
+    return value
+
+
+def fold_typed(messages: list[dict[str, Any]], catalog: SchemaCatalog) -> dict[int, dict[str, Any]]:
+    """The change messages of t, in the order given, typed by `catalog` and applied per id
+    (a TRUNCATE, op "t", empties the table): comparable with `selected_rows`."""
+    rows: dict[int, dict[str, Any]] = {}
+    for message in messages:
+        if message["op"] == "t":
+            rows.clear()
+            continue
+        before, after = catalog.decode(message)
+        if before is not None:
+            rows.pop(before["id"], None)
+        if after is not None:
+            rows[after["id"]] = {k: comparable(k, v) for k, v in after.items()}
+    return rows

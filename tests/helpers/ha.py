@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,16 @@ class HaPrimary:
 
 MARIADB = HaPrimary("mariadb", mariadb.MARIADB_PORT, mariadb.connect_root)
 MYSQL = HaPrimary("mysql", mysql.MYSQL_PORT, mysql.connect_root)
+
+
+def event_time(event: dict[str, Any]) -> float:
+    """The wall time of a structured log line (its ISO `timestamp`)."""
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def events_after(worker: HaReplicad, t: float, *names: str) -> list[dict[str, Any]]:
+    """The worker's log lines named `names` written after wall time `t`."""
+    return [e for e in worker.log_events() if e.get("event") in names and event_time(e) > t]
 
 
 def coordinate(record: Record) -> tuple[str, int, int]:

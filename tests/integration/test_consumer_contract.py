@@ -10,55 +10,19 @@ from __future__ import annotations
 
 import random
 import signal
-import struct
 import uuid
 from typing import Any
 
 import orjson
-import pymysql
 import pytest
 
 from replicad.consumers.typed import SchemaCatalog
-from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
+from tests.helpers.all_types import ALL_TYPES, COLUMNS, fold_typed, insert_random, selected_rows
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.kafka_helpers import Record, consume_all
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 
 pytestmark = pytest.mark.integration
-
-
-def _selected(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[str, Any]]:
-    with conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute(f"SELECT * FROM `{db}`.t")
-        return {row["id"]: row for row in cur.fetchall()}
-
-
-def _comparable(column: str, value: Any) -> Any:
-    """A typed message value in the form PyMySQL gives the same SQL value."""
-    if value is None:
-        return None
-    if column == "bt":  # BIT: an int in the message, big-endian bytes from PyMySQL
-        return value.to_bytes(2, "big")
-    if column == "ts3":  # TIMESTAMP: UTC in the message; the session zone here is UTC
-        return value.replace(tzinfo=None)
-    if column == "g":  # (srid, WKB) in the message; SRID + WKB in MariaDB's own format
-        srid, wkb = value
-        return struct.pack("<I", srid) + wkb
-    return value
-
-
-def _fold(messages: list[dict[str, Any]], catalog: SchemaCatalog) -> dict[int, dict[str, Any]]:
-    rows: dict[int, dict[str, Any]] = {}
-    for message in messages:
-        if message["op"] == "t":
-            rows.clear()
-            continue
-        before, after = catalog.decode(message)
-        if before is not None:
-            rows.pop(before["id"], None)
-        if after is not None:
-            rows[after["id"]] = {k: _comparable(k, v) for k, v in after.items()}
-    return rows
 
 
 def _changes(records: list[Record]) -> list[dict[str, Any]]:
@@ -85,7 +49,7 @@ def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_
         for i in rng.sample(range(1, 41), 10):
             cur.execute(f"UPDATE t SET vc = 'upd', de = -de, tm = '01:02:03.4' WHERE id = {i}")
         cur.execute("DELETE FROM t WHERE id IN (3, 4)")
-    before_alter = _selected(conn, name)
+    before_alter = selected_rows(conn, name)
     with conn.cursor() as cur:
         # adds, drops and retypes columns; then every row is written in the new shape
         cur.execute(
@@ -96,7 +60,7 @@ def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_
         new_columns = ["added", *[c for c in COLUMNS if c != "tx"]]
         insert_random(cur, rng, range(41, 61), new_columns)
         cur.execute("UPDATE t SET id = id + 1000 WHERE id = 5")  # a primary-key change
-    after_alter = _selected(conn, name)
+    after_alter = selected_rows(conn, name)
     wait_caught_up(replicad)
     assert replicad.stop() == 0
 
@@ -128,8 +92,8 @@ def test_a_consumer_typed_by_the_schema_topic_alone_reproduces_select_across_an_
     assert next(c for c in old["columns"] if c["name"] == "bu")["sql"] == "bigint unsigned"
 
     early = [m for m in messages if _coordinates(m) < at]
-    assert _fold(early, catalog) == before_alter
-    assert _fold(messages, catalog) == after_alter
+    assert fold_typed(early, catalog) == before_alter
+    assert fold_typed(messages, catalog) == after_alter
 
 
 def test_truncate_and_drop_arrive_in_order_through_the_relay_and_a_sigkill(

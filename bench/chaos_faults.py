@@ -1,0 +1,171 @@
+"""The faults of the campaign, each made the way the scripted fault tests make it
+(tests/faults/test_ha_failover.py, test_partitions.py, test_disk_full.py) and applied to the
+worker leading at that moment. Each returns what the oracle needs: the window of positions in
+which a change may repeat (ZooKeeper's position before the fault .. the binlog end once the
+fault can no longer publish), and how long until a leader published again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.chaos_plan import Fault
+from bench.chaos_world import World
+from replicad.exit_codes import EXIT_TEMPFAIL
+from tests.faults.test_ha_failover import wait_for_abandon, wait_for_takeover
+from tests.faults.test_partitions import CATCH_UP_S
+from tests.helpers.daemon_process import wait_for
+from tests.helpers.ha import MARIADB, HaReplicad, events_after
+from tests.helpers.netns import Direction
+from tests.helpers.small_disk import fill
+
+Window = tuple[tuple[str, int], tuple[str, int]]
+ZK_DIRECTIONS: dict[str, Direction] = {
+    "zk-cut": "both",
+    "zk-cut-to": "to_service",
+    "zk-cut-from": "from_service",
+}
+
+
+@dataclass
+class Outcome:
+    kind: str
+    worker: str
+    before: tuple[str, int]  # ZooKeeper's position when the fault began
+    takeover_s: float | None = None  # fault -> another worker's first publish (deposing faults)
+    resume_s: float | None = None  # heal -> the same leader's position moving again
+    window: Window | None = None  # None: no change may repeat
+
+    def repeats_until_now(self) -> None:
+        """A change may repeat from the position before the fault up to the binlog end now
+        (the fault can no longer publish: it was deposed, or its link is back)."""
+        self.window = (self.before, MARIADB.binlog_end())
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(0.0, moment - time.time()))
+
+
+def _takeover(world: World, leader: HaReplicad, started: float, kind: str) -> float:
+    return wait_for_takeover(world.others(leader), started, kind) - started
+
+
+def kill(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    started = time.time()
+    os.kill(leader.pid, signal.SIGKILL)
+    assert leader.proc is not None
+    leader.proc.wait(10)
+    out.takeover_s = _takeover(world, leader, started, fault.kind)
+    out.repeats_until_now()
+    time.sleep(fault.hold_s)
+    leader.start()  # as a supervisor restarts it: a standby now
+
+
+def stop(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    started = time.time()
+    os.kill(leader.pid, signal.SIGSTOP)
+    try:
+        out.takeover_s = _takeover(world, leader, started, fault.kind)
+        out.repeats_until_now()
+        _sleep_until(started + fault.hold_s)
+    finally:
+        os.kill(leader.pid, signal.SIGCONT)
+    wait_for_abandon(leader, started, "the woken zombie")
+
+
+def zk_cut(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    ns = world.spaces[leader.name]
+    started = time.time()
+    ns.cut("zookeeper", ZK_DIRECTIONS[fault.kind])
+    try:
+        out.takeover_s = _takeover(world, leader, started, fault.kind)
+        wait_for_abandon(leader, started, "the cut leader")
+        out.repeats_until_now()
+        time.sleep(fault.hold_s)
+    finally:
+        ns.heal("zookeeper")
+
+
+def kafka_cut(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    ns = world.spaces[leader.name]
+    started = time.time()
+    ns.cut("kafka")
+    try:
+        time.sleep(1.0)  # what was acknowledged before the cut is checkpointed
+        held = world.position()
+        _sleep_until(started + fault.hold_s)
+        assert leader.proc is not None and leader.proc.poll() is None, "exited while cut"
+    finally:
+        ns.heal("kafka")
+    healed = time.time()
+    wait_for(lambda: world.position() > held, CATCH_UP_S, "the position to move after the heal")
+    out.resume_s = time.time() - healed
+    out.repeats_until_now()
+    lost = events_after(leader, started, "pipeline_abandoned", "leadership_lost")
+    assert not lost, f"the leader cut from Kafka gave up: {lost[:1]}"
+
+
+def db_cut(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    ns = world.spaces[leader.name]
+    started = time.time()
+    ns.cut("mariadb")
+    try:
+        _sleep_until(started + fault.hold_s)
+    finally:
+        ns.heal("mariadb")
+    healed = time.time()
+    if events_after(leader, started, "source_disconnected"):  # else the cut went unnoticed
+        wait_for(
+            lambda: bool(events_after(leader, healed, "source_connected")),
+            CATCH_UP_S,
+            "a reconnect after the heal",
+        )
+        out.resume_s = time.time() - healed
+
+
+def disk_full(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    """Under ZooKeeper a full relay disk fails the pipeline (DiskFullError, naming the
+    path); the worker resigns and campaigns again later (docs/operations.md, "Under
+    ZooKeeper: losing leadership is not an exit"), or exits 75; a standby takes over."""
+    disk = world.disks[leader.name]
+    started = time.time()
+    filler = fill(disk)
+    try:
+        out.takeover_s = _takeover(world, leader, started, fault.kind)
+        out.repeats_until_now()
+        failed = events_after(leader, started, "pipeline_failed")
+        assert leader.proc is not None
+        exited = leader.proc.poll()
+        named = any(str(disk) in e.get("error", "") for e in failed)
+        assert named or exited == EXIT_TEMPFAIL, (
+            f"a full relay disk: exit {exited}, pipeline_failed {failed[:1]}"
+        )
+        time.sleep(fault.hold_s)
+    finally:
+        os.unlink(filler)
+    if leader.proc.poll() is not None:
+        leader.start()  # as a supervisor restarts it: a standby now
+
+
+APPLY: dict[str, Callable[[World, HaReplicad, Fault, Outcome], None]] = {
+    "kill": kill,
+    "stop": stop,
+    **dict.fromkeys(ZK_DIRECTIONS, zk_cut),
+    "kafka-cut": kafka_cut,
+    "db-cut": db_cut,
+    "disk-full": disk_full,
+}
+
+
+def apply(world: World, fault: Fault) -> Outcome:
+    """Wait the fault's quiet time, hit the leader, and return once the pipeline settled
+    again: both workers running and candidates, one of them leading."""
+    time.sleep(fault.delay_s)
+    leader = world.settled(f"before {fault.kind}")
+    out = Outcome(fault.kind, leader.name, world.position())
+    APPLY[fault.kind](world, leader, fault, out)
+    world.settled(f"after {fault.kind}")
+    return out

@@ -1,0 +1,94 @@
+"""The workload of a campaign run, beside the continuous shop writer (tests/helpers/kafka_run.py:
+items with fourteen column types, accounts with primary-key changes, audit without a key):
+the all-types table `t` (tests/helpers/all_types.py) written in bursts, one transaction of
+20k+ rows, an ALTER and a TRUNCATE, each at the moment the plan drew."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pymysql
+
+from bench.chaos_plan import Plan, Step
+from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
+from tests.helpers.kafka_run import TABLES_SQL
+from tests.helpers.mariadb import connect_root
+
+BULK_FIRST_ID = 2_000_000_000  # above every id the shop writer draws (seed x 1e6)
+ALTER_T = (
+    "ALTER TABLE t ADD COLUMN added VARCHAR(10) DEFAULT 'n' AFTER id, MODIFY COLUMN vc TEXT, "
+    "MODIFY COLUMN si BIGINT"
+)
+
+
+def create_tables(conn: pymysql.connections.Connection) -> None:
+    with conn.cursor() as cur:
+        for sql in (*TABLES_SQL, ALL_TYPES):
+            cur.execute(sql)
+
+
+class StepRunner(threading.Thread):
+    """Runs the plan's steps at their moments, on a connection of its own."""
+
+    def __init__(self, db: str, plan: Plan) -> None:
+        super().__init__(daemon=True)
+        self.conn = connect_root(database=db)
+        with self.conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+        self.plan = plan
+        self.rnd = random.Random(f"{plan.seed}:{plan.run}:steps")
+        self.next_id = 1
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        started = time.monotonic()
+        try:
+            for step in self.plan.steps:
+                # finish() cuts the waits short: every step runs, the late ones at once
+                self.halt.wait(max(0.0, started + step.at_s - time.monotonic()))
+                with self.conn.cursor() as cur:
+                    self._step(cur, step)
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    def finish(self) -> None:
+        """Run the steps not yet run at once, then close (the run's faults are over)."""
+        self.halt.set()
+        self.join(120)
+        self.conn.close()
+        if self.error is not None:
+            raise self.error
+
+    def _step(self, cur: Any, step: Step) -> None:
+        if step.kind == "all-types":
+            self._all_types(cur)
+        elif step.kind == "bulk":  # one transaction: a unit in many parts
+            cur.execute(
+                "INSERT INTO accounts (id, email, balance) SELECT "
+                f"{BULK_FIRST_ID} + seq, CONCAT('bulk', seq, '@example.com'), seq / 100 "
+                f"FROM seq_1_to_{self.plan.bulk_rows}"
+            )
+        elif step.kind == "alter":
+            cur.execute(ALTER_T)
+            cur.execute("UPDATE t SET added = CONCAT('a', id)")  # every row in the new shape
+            cur.execute("ALTER TABLE accounts MODIFY COLUMN email VARCHAR(120)")
+        elif step.kind == "truncate":
+            cur.execute("TRUNCATE TABLE t")
+            self._all_types(cur)
+
+    def _all_types(self, cur: Any) -> None:
+        """Fifteen new rows, then updates, a primary-key change and a delete among them."""
+        rnd = self.rnd
+        ids = range(self.next_id, self.next_id + 15)
+        self.next_id += 15
+        cur.execute("BEGIN")
+        insert_random(cur, rnd, ids, COLUMNS)
+        cur.execute("COMMIT")
+        picked = rnd.sample(list(ids), 4)
+        cur.execute(f"UPDATE t SET vc = 'upd', de = -de WHERE id IN ({picked[0]}, {picked[1]})")
+        cur.execute(f"UPDATE t SET id = id + 100000 WHERE id = {picked[2]}")
+        cur.execute(f"DELETE FROM t WHERE id = {picked[3]}")
