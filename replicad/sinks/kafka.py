@@ -98,6 +98,11 @@ _OUTAGE = {
     KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
+    # Purged by an abort of the transaction they were in (librdkafka aborts one whose
+    # messages timed out, or that failed to add a partition): not delivered, but a restart
+    # from the last committed position sends them again.
+    KafkaError._PURGE_QUEUE,
+    KafkaError._PURGE_INFLIGHT,
 }
 # Settings that would break the delivery guarantee; allowed, but said out loud.
 _WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
@@ -466,6 +471,8 @@ class KafkaSink:
         if self._committing:  # the pipeline's gate keeps publishing and commits apart
             raise SinkUnavailableError("internal: a message was published during a Kafka commit")
         if self.exactly_once and not self._in_kafka_txn:
+            if self._fatal is not None:  # no new transaction after an aborted one
+                raise self._fatal
             self._begin_kafka_transaction()
         try:
             # ignore: the stub's list[tuple[str, str | bytes | None]] is invariant; a list of
@@ -791,7 +798,14 @@ class KafkaSink:
         return float(self._settings["transaction.timeout.ms"]) / 1000
 
     def _abort_after_failed_commit(self) -> None:
-        """Abort what could not be committed; a fenced producer says so here."""
+        """Abort what could not be committed; a fenced producer says so here. The sink is
+        done then: the marks the aborted transaction held are not delivered, so no later
+        commit may carry a position past them (a commit of just a position record, with the
+        data aborted, loses that data for every read_committed consumer)."""
+        self._fatal = self._fatal or SinkUnavailableError(
+            "a Kafka transaction was aborted; a restart resumes from the last committed position",
+            committed_seq=self._committed_seq,
+        )
         self._end_kafka_transaction()
         try:
             self._transactional.abort_transaction(5.0)
@@ -829,6 +843,8 @@ class KafkaSink:
 
     async def _commit_last_mark(self) -> None:
         self._commit_due = False
+        if self._fatal is not None:  # e.g. an aborted transaction: its marks are lost
+            raise self._fatal
         assert self._last_mark is not None
         seq, checkpoint = self._last_mark
         position = checkpoint.position
@@ -867,14 +883,17 @@ class KafkaSink:
 
     async def _wait_for_acks(self, deadline: float, position: Position) -> None:
         """Until librdkafka holds no unacknowledged message (delivery reports served on this
-        thread: they touch the tracker)."""
-        while len(self.producer):
+        thread: they touch the tracker). A failure reported already counts even when the
+        queue is empty by now (a purge empties it)."""
+        while True:
             self._poll()
             if self._fatal is not None:
                 raise self._fatal
             if self.tracker.failure is not None:  # e.g. a topic deleted: not committable
                 self._abort_after_failed_commit()
                 raise self.tracker.failure
+            if not len(self.producer):
+                return
             if time.monotonic() > deadline:
                 self._abort_after_failed_commit()
                 raise SinkUnavailableError(

@@ -75,10 +75,10 @@ class _TransactionalProducer:
         return 0
 
 
-def _sink(monkeypatch: pytest.MonkeyPatch) -> Any:
+def _sink(monkeypatch: pytest.MonkeyPatch, producer: type = _TransactionalProducer) -> Any:
     from replicad.sinks import kafka, kafka_admin
 
-    monkeypatch.setattr(kafka, "Producer", _TransactionalProducer)
+    monkeypatch.setattr(kafka, "Producer", producer)
     monkeypatch.setattr(kafka_admin, "AdminClient", _TransactionalProducer)  # no connections
     config = KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", prefix="p", exactly_once=True)
     sink = kafka.KafkaSink(config, "pipe", ChangeFilter(FiltersConfig()))

@@ -1,0 +1,98 @@
+"""Exactly-once after a failed batch, without a broker: once a Kafka transaction is aborted
+(its messages timed out, were purged, or its commit was refused), no later commit may carry a
+position record, since the data before that position went with the aborted transaction. The
+fault campaign found this (bench/chaos.py --seed 37 --run 73: a Kafka cut inside a 20k-row
+transaction; the drain after the failure committed a transaction holding only the position
+record, and 10,244 rows were lost to read_committed consumers)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from replicad.binlog.position import Position
+from replicad.checkpoint_record import Checkpoint
+from replicad.sinks.base import SinkError
+from tests.unit.test_kafka_eos_stop import _row, _sink, _TransactionalProducer
+
+pytestmark = pytest.mark.unit
+
+
+class _PurgingProducer(_TransactionalProducer):
+    """Every data message's delivery report says it was purged (an abort, a timeout); the
+    queue is empty by the time the sink looks."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        super().__init__(settings)
+        self.reports: list[Any] = []
+
+    def produce(self, topic: str, value: Any, key: Any, **kwargs: Any) -> None:
+        super().produce(topic, value, key)
+        if not topic.endswith("replicad-positions"):
+            self.reports.append(kwargs["on_delivery"])
+
+    def poll(self, timeout: float) -> int:
+        reports, self.reports = self.reports, []
+        for report in reports:
+            report(KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue"), _Message())
+        return len(reports)
+
+
+class _Message:
+    def topic(self) -> str:
+        return "p.shop.users"
+
+    def key(self) -> bytes:
+        return b'{"id":0}'
+
+
+class _RefusingProducer(_TransactionalProducer):
+    """The first commit is refused as needing an abort (messages timed out in it)."""
+
+    refused = False
+
+    def commit_transaction(self, timeout: float) -> None:
+        if not self.refused:
+            self.refused = True
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "messages timed out", txn_requires_abort=True)
+            )
+        self.release.set()
+        super().commit_transaction(timeout)
+
+
+def _published_and_marked(sink: Any) -> None:
+    sink.publish(_row(0))
+    sink.mark(1, Checkpoint(Position("bin.000001", 100)), True)
+
+
+def test_a_failed_delivery_reported_before_the_commit_looks_stops_it(monkeypatch) -> None:
+    sink = _sink(monkeypatch, _PurgingProducer)
+    producer = sink.producer
+    assert isinstance(producer, _PurgingProducer)
+    _published_and_marked(sink)
+    with pytest.raises(SinkError, match="Purged in queue"):
+        asyncio.run(sink._commit_batch())
+    with pytest.raises(SinkError):  # the drain of the failed pipeline commits nothing either
+        asyncio.run(sink._commit_batch())
+    assert "commit" not in producer.log, producer.log
+    assert sink.routing.positions_topic not in producer.sent
+
+
+def test_no_commit_after_an_aborted_transaction(monkeypatch) -> None:
+    sink = _sink(monkeypatch, _RefusingProducer)
+    producer = sink.producer
+    _published_and_marked(sink)
+    with pytest.raises(SinkError, match="aborted"):
+        asyncio.run(sink._commit_batch())
+    assert producer.log == ["begin", "abort"]
+    # What the failed pipeline's drain, or the ticker's maintain(), would do next.
+    with pytest.raises(SinkError, match="aborted"):
+        asyncio.run(sink._commit_batch())
+    with pytest.raises(SinkError, match="aborted"):
+        sink.publish(_row(1))  # no new transaction after an aborted one
+    assert producer.log == ["begin", "abort"], "a position committed past aborted data"
+    assert producer.sent.count(sink.routing.positions_topic) == 1  # in the aborted one only
