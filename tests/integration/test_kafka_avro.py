@@ -22,6 +22,8 @@ from typing import Any
 
 import pymysql
 import pytest
+from confluent_kafka import schema_registry, serialization
+from confluent_kafka.schema_registry import avro  # the test extra: a missing one fails
 
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
 from tests.helpers.kafka_helpers import Record, consume_all
@@ -29,11 +31,6 @@ from tests.helpers.kafka_run import KafkaReplicad, gtid_reached, wait_caught_up
 
 pytestmark = pytest.mark.integration
 
-schema_registry = pytest.importorskip(
-    "confluent_kafka.schema_registry", reason="the test extra (confluent-kafka[avro]) is missing"
-)
-avro = pytest.importorskip("confluent_kafka.schema_registry.avro")
-serialization = pytest.importorskip("confluent_kafka.serialization")
 
 _EPOCH = dt.datetime(1970, 1, 1)
 # Debezium's semantic types (connect.name) -> the SQL value, from the Avro value.

@@ -33,7 +33,8 @@ import orjson
 import pymysql
 import pytest
 import redis
-from confluent_kafka import Producer
+from confluent_kafka import Producer, schema_registry, serialization
+from confluent_kafka.schema_registry import avro  # the test extra: a missing one fails
 
 from replicad.sinks.avro_schema import avro_from_connect
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, random_literal
@@ -52,11 +53,6 @@ from tests.integration.test_spark_open_lake import _jars, _materialize_once
 # serial: two of its tests run Spark (scripts/test.sh runs test_spark_*.py beside the rest)
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
-schema_registry = pytest.importorskip(
-    "confluent_kafka.schema_registry", reason="the test extra (confluent-kafka[avro]) is missing"
-)
-avro = pytest.importorskip("confluent_kafka.schema_registry.avro")
-serialization = pytest.importorskip("confluent_kafka.serialization")
 
 ENVELOPE_YAML = (
     "envelope: {values: debezium, time_precision_mode: connect,"
