@@ -9,7 +9,9 @@ full) and a workload (bench/chaos_workload.py), then judges what consumers read
 run's line ends with the command that replays it.
 
 Needs root (network namespaces, tmpfs), the shared MariaDB, Kafka and ZooKeeper
-(scripts/services.sh), and PYTHONPATH at the checkout.
+(scripts/services.sh), and PYTHONPATH at the checkout. With --cluster it starts services of
+its own instead (bench/chaos_services.py) and also draws a broker kill, a ZooKeeper member
+kill and a primary restart.
 
 Usage: .venv/bin/python bench/chaos.py --runs 20 --seed 1
        .venv/bin/python bench/chaos.py --seed 1 --run 7          # replay run 7 of seed 1
@@ -19,18 +21,33 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.chaos_plan import FAULTS, LEFT_OUT, MODES, draw
-from bench.chaos_run import RunResult, run_one
 
-KAFKA = f"127.0.0.1:{os.environ.get('REPLICAD_KAFKA_PORT', '9092')}"
-ZOOKEEPER = f"127.0.0.1:{os.environ.get('REPLICAD_ZK_PORT', '2181')}"
+def _private_primary_port() -> None:
+    """With --cluster the campaign's primary is a MariaDB of its own; the test helpers read
+    its port (REPLICAD_MARIADB_PORT) when first imported, so it is chosen before they are."""
+    if "--cluster" in sys.argv[1:] and os.environ.get("REPLICAD_CHAOS_PRIVATE_PRIMARY") != "1":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            os.environ["REPLICAD_MARIADB_PORT"] = str(probe.getsockname()[1])
+        os.environ["REPLICAD_CHAOS_PRIVATE_PRIMARY"] = "1"
+
+
+_private_primary_port()
+
+from bench import chaos_services  # noqa: E402  (after the port above)
+from bench.chaos_plan import CLUSTER_FAULTS, FAULTS, LEFT_OUT, MODES, SHARED_LEFT_OUT, draw  # noqa: E402
+from bench.chaos_run import RunResult, run_one  # noqa: E402
+
+ALL_FAULTS = FAULTS + CLUSTER_FAULTS
 
 
 def _names(text: str, allowed: tuple[str, ...]) -> list[str]:
@@ -47,18 +64,36 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="runs 0..N-1 of the seed")
     parser.add_argument("--run", type=int, help="only this run (a replay)")
     parser.add_argument("--modes", type=lambda t: _names(t, MODES), default=list(MODES))
-    parser.add_argument("--faults", type=lambda t: _names(t, FAULTS), default=list(FAULTS))
-    return parser.parse_args(argv)
+    parser.add_argument("--faults", type=lambda t: _names(t, ALL_FAULTS))
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="services of the campaign's own (3 brokers, 3 ZooKeeper members, a MariaDB); "
+        f"adds the faults {', '.join(CLUSTER_FAULTS)}",
+    )
+    args = parser.parse_args(argv)
+    allowed = ALL_FAULTS if args.cluster else FAULTS
+    if args.faults is None:
+        args.faults = list(allowed)
+    elif not set(args.faults) <= set(allowed):
+        parser.error(f"{sorted(set(args.faults) - set(allowed))} need --cluster")
+    return args
 
 
 def replay_command(
-    seed: int, run: int, modes: Sequence[str] = MODES, faults: Sequence[str] = FAULTS
+    seed: int,
+    run: int,
+    modes: Sequence[str] = MODES,
+    faults: Sequence[str] = FAULTS,
+    cluster: bool = False,
 ) -> str:
     """The command that runs `run` of `seed` again, drawing the same plan."""
     command = f"PYTHONPATH=. .venv/bin/python bench/chaos.py --seed {seed} --run {run}"
+    if cluster:
+        command += " --cluster"
     if list(modes) != list(MODES):
         command += f" --modes {','.join(modes)}"
-    if list(faults) != list(FAULTS):
+    if list(faults) != list(ALL_FAULTS if cluster else FAULTS):
         command += f" --faults {','.join(faults)}"
     return command
 
@@ -92,16 +127,28 @@ def summary(results: list[RunResult]) -> str:
     )
 
 
+@contextmanager
+def _services(cluster: bool) -> Iterator[chaos_services.Services]:
+    if not cluster:
+        yield chaos_services.shared()
+        return
+    with chaos_services.private() as services:
+        yield services
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     runs = [args.run] if args.run is not None else list(range(args.runs))
-    print("left out: " + "; ".join(f"{k} ({why})" for k, why in LEFT_OUT.items()), flush=True)
+    left_out = LEFT_OUT if args.cluster else {**SHARED_LEFT_OUT, **LEFT_OUT}
+    print("left out: " + "; ".join(f"{k} ({why})" for k, why in left_out.items()), flush=True)
     results: list[RunResult] = []
     try:
-        for run in runs:
-            result = run_one(draw(args.seed, run, args.modes, args.faults), KAFKA, ZOOKEEPER)
-            results.append(result)
-            print(line(result, replay_command(args.seed, run, args.modes, args.faults)), flush=True)
+        with _services(args.cluster) as services:
+            for run in runs:
+                result = run_one(draw(args.seed, run, args.modes, args.faults), services)
+                results.append(result)
+                replay = replay_command(args.seed, run, args.modes, args.faults, args.cluster)
+                print(line(result, replay), flush=True)
     except KeyboardInterrupt:  # SIGINT ends the campaign early: the run under way is cleaned
         print(f"interrupted after {len(results)} runs", flush=True)
     print(summary(results), flush=True)

@@ -150,6 +150,70 @@ def disk_full(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> N
         leader.start()  # as a supervisor restarts it: a standby now
 
 
+def _keeps_leading(world: World, leader: HaReplicad, started: float, what: str) -> None:
+    assert leader.proc is not None and leader.proc.poll() is None, f"exited: {what}"
+    lost = events_after(leader, started, "pipeline_abandoned", "leadership_lost")
+    assert not lost, f"the leader gave up ({what}): {lost[:1]}"
+
+
+def broker_kill(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    """One broker of three gone (min.insync.replicas 2): partitions and the transaction
+    coordinator move to the others; the leader retries, it neither exits nor resigns."""
+    cluster = world.services.cluster
+    assert cluster is not None, "broker-kill needs --cluster"
+    started = time.time()
+    cluster.kill(fault.member)
+    try:
+        _sleep_until(started + fault.hold_s)
+        held = world.position()
+    finally:
+        cluster.start(fault.member)
+    wait_for(lambda: world.position() > held, CATCH_UP_S, "the position to move after a restart")
+    out.resume_s = time.time() - started
+    out.repeats_until_now()
+    _keeps_leading(world, leader, started, f"broker {fault.member} killed")
+
+
+def zk_member_kill(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    """One ZooKeeper member of three gone, the quorum's leader or not: the workers' sessions
+    move to another member within the session, so nobody loses leadership; a takeover would
+    still be correct (the oracle checks), only slower."""
+    ensemble = world.services.ensemble
+    assert ensemble is not None, "zk-member-kill needs --cluster"
+    started = time.time()
+    ensemble.kill(fault.member)
+    try:
+        _sleep_until(started + fault.hold_s)
+    finally:
+        ensemble.start(fault.member)
+    out.repeats_until_now()
+    held = world.position()
+    wait_for(lambda: world.position() > held, CATCH_UP_S, "the position to move after a restart")
+    out.resume_s = time.time() - started
+
+
+def primary_restart(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    """The primary stopped and started again between transactions: the leader reconnects
+    (with backoff) and resumes by GTID from where it was."""
+    primary = world.services.primary
+    assert primary is not None, "primary-restart needs --cluster"
+    with world.gate.restarting():
+        started = time.time()
+        primary.down()
+        time.sleep(fault.hold_s)
+        primary.up()
+    restarted = time.time()
+    # from `started`: services.sh returns after the server is up and checked, and the
+    # reconnect may come first
+    wait_for(
+        lambda: bool(events_after(leader, started, "source_connected")),
+        CATCH_UP_S,
+        "a reconnect after the restart",
+    )
+    out.resume_s = max(0.0, time.time() - restarted)
+    _keeps_leading(world, leader, started, "primary restarted")
+
+
 APPLY: dict[str, Callable[[World, HaReplicad, Fault, Outcome], None]] = {
     "kill": kill,
     "stop": stop,
@@ -157,6 +221,9 @@ APPLY: dict[str, Callable[[World, HaReplicad, Fault, Outcome], None]] = {
     "kafka-cut": kafka_cut,
     "db-cut": db_cut,
     "disk-full": disk_full,
+    "broker-kill": broker_kill,
+    "zk-member-kill": zk_member_kill,
+    "primary-restart": primary_restart,
 }
 
 

@@ -24,14 +24,18 @@ FAULTS = (
     "db-cut",  # the primary's link dropped: reconnect with backoff, resume by GTID
     "disk-full",  # the leader's relay directory (a tmpfs) filled; relay mode only
 )
+# With --cluster (bench/chaos_services.py: a 3-broker Kafka, a 3-member ZooKeeper ensemble and
+# a MariaDB of the campaign's own), three more:
+CLUSTER_FAULTS = (
+    "broker-kill",  # SIGKILL of one broker, restarted after the hold: the leader keeps going
+    "zk-member-kill",  # SIGKILL of one ZooKeeper member (any role), restarted after the hold
+    "primary-restart",  # the primary stopped and started (writers drained): resume by GTID
+)
 LEFT_OUT = {
-    "broker-kill": "the 3-broker Kafka (tests/helpers/kafka_cluster.py) is three more JVMs on "
-    "a 2-core machine, and the namespace forwarder carries one Kafka port only",
-    "zk-member-kill": "the ZooKeeper ensemble (zk_helpers.ZkEnsemble) is three more JVMs, "
-    "and the namespace forwarder carries one ZooKeeper port only",
-    "primary-restart": "the shared MariaDB serves every concurrent session; a private one "
-    "(test_primary_restart.PrivateMariaDB) would need the forwarders pointed at its port",
+    "primary crash": "the primary is restarted with its writers drained between transactions; "
+    "a SIGKILL with transactions in flight is not drawn",
 }
+SHARED_LEFT_OUT = dict.fromkeys(CLUSTER_FAULTS, "needs --cluster (services of the campaign's own)")
 STEP_KINDS = ("all-types", "all-types", "all-types", "bulk", "alter", "truncate")
 BULK_ROWS = (20_000, 24_000)
 
@@ -41,6 +45,7 @@ class Fault:
     kind: str
     delay_s: float  # quiet time after the previous fault settled
     hold_s: float  # how long the cut, stop or full disk lasts past its minimum
+    member: int = 0  # broker-kill, zk-member-kill: which member (1-3)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,16 @@ def _hold(kind: str, rnd: random.Random) -> float:
         return rnd.uniform(3.0, 8.0)
     if kind == "db-cut":  # around the silence detection (5 s) and one reconnect attempt
         return rnd.uniform(4.0, 12.0)
+    if kind in ("broker-kill", "zk-member-kill"):  # down for a few metadata/ping rounds
+        return rnd.uniform(2.0, 8.0)
+    if kind == "primary-restart":  # down around the reconnect backoff's first steps
+        return rnd.uniform(0.0, 4.0)
     return rnd.uniform(0.0, 2.0)
+
+
+def _member(kind: str, rnd: random.Random) -> int:
+    """Drawn only for the kinds that hit one member: older seeds draw the same plans."""
+    return rnd.randint(1, 3) if kind in ("broker-kill", "zk-member-kill") else 0
 
 
 def draw(seed: int, run: int, modes: Sequence[str], faults: Sequence[str]) -> Plan:
@@ -87,7 +101,7 @@ def draw(seed: int, run: int, modes: Sequence[str], faults: Sequence[str]) -> Pl
     if not kinds:
         raise ValueError(f"no fault kind among {list(faults)} fits mode {mode}")
     drawn = tuple(
-        Fault(kind, rnd.uniform(1.0, 3.0), _hold(kind, rnd))
+        Fault(kind, rnd.uniform(1.0, 3.0), _hold(kind, rnd), _member(kind, rnd))
         for kind in (rnd.choice(kinds) for _ in range(rnd.randint(2, 4)))
     )
     horizon = sum(f.delay_s + f.hold_s + 4.0 for f in drawn)

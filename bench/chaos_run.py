@@ -13,7 +13,8 @@ from pathlib import Path
 from bench.chaos_faults import Outcome, apply
 from bench.chaos_oracle import Verdict, judge
 from bench.chaos_plan import Plan
-from bench.chaos_workload import StepRunner, create_tables
+from bench.chaos_services import Services
+from bench.chaos_workload import GatedWorkload, StepRunner, create_tables
 from bench.chaos_world import World
 from tests.faults.test_ha_failover import FAILOVER_TARGET_S, log_tails
 from tests.faults.test_partitions import CATCH_UP_S
@@ -47,8 +48,13 @@ class RunResult:
 
 
 def _faults(world: World, plan: Plan, result: RunResult) -> None:
-    writer = BackgroundWriter(world.db, seed=plan.writer_seed, pause_s=0.02)
-    steps = StepRunner(world.db, plan)
+    writer = BackgroundWriter(
+        world.db,
+        seed=plan.writer_seed,
+        pause_s=0.02,
+        workload=lambda conn, seed: GatedWorkload(world.gate, conn, seed),
+    )
+    steps = StepRunner(world.db, plan, world.gate)
     writer.start()
     steps.start()
     try:
@@ -71,20 +77,24 @@ def _caught_up_and_stopped(world: World) -> None:
         assert worker.stop() == 0, f"{worker.name} did not stop cleanly"
 
 
-def run_one(plan: Plan, kafka: str, zookeeper: str) -> RunResult:
+def run_one(plan: Plan, services: Services) -> RunResult:
     result = RunResult(plan)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f"s{plan.seed}-r{plan.run}-", dir=_work_dir()))
     with fresh_database(connect_root) as (conn, db):
+        conn.select_db(db)  # a reconnect after a primary restart goes back into it
         create_tables(conn)
-        with World.open(kafka, zookeeper, db, plan.mode, tmp, plan.run) as world:
+        with World.open(services, db, plan.mode, tmp, plan.run) as world:
             try:
                 world.start()
-                _faults(world, plan, result)
+                try:
+                    _faults(world, plan, result)
+                finally:
+                    world.gate.reconnected(conn, [0])
                 _caught_up_and_stopped(world)
                 windows = [o.window for o in result.outcomes if o.window is not None]
                 result.verdict = judge(
-                    conn, kafka, world.prefix, db, world.pipeline, plan.mode, windows
+                    conn, services.kafka, world.prefix, db, world.pipeline, plan.mode, windows
                 )
             except Exception as exc:  # the run failed: say where, keep the logs
                 result.verdict.problems.append(f"{type(exc).__name__}: {exc}".strip()[:600])

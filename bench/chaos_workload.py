@@ -8,13 +8,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pymysql
 
 from bench.chaos_plan import Plan, Step
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
-from tests.helpers.kafka_run import TABLES_SQL
+from tests.helpers.kafka_run import TABLES_SQL, Workload
 from tests.helpers.mariadb import connect_root
 
 BULK_FIRST_ID = 2_000_000_000  # above every id the shop writer draws (seed x 1e6)
@@ -30,14 +32,69 @@ def create_tables(conn: pymysql.connections.Connection) -> None:
             cur.execute(sql)
 
 
+class PrimaryGate:
+    """Each writer holds the gate for one transaction at a time; a primary restart holds it
+    while the server is down, so that the restart cuts no transaction in half (the writers are
+    drained, as before a planned restart), and each writer reconnects after it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._restarts = 0
+
+    @contextmanager
+    def restarting(self) -> Iterator[None]:
+        with self._lock:
+            yield
+            self._restarts += 1
+
+    @contextmanager
+    def writing(self, conn: pymysql.connections.Connection, seen: list[int]) -> Iterator[None]:
+        """`seen`: the restarts this writer's connection has been through."""
+        with self._lock:
+            self._reconnect(conn, seen)
+            yield
+
+    def reconnected(self, conn: pymysql.connections.Connection, seen: list[int]) -> None:
+        with self._lock:
+            self._reconnect(conn, seen)
+
+    def _reconnect(self, conn: pymysql.connections.Connection, seen: list[int]) -> None:
+        if seen[0] != self._restarts:
+            conn.ping(reconnect=True)  # into conn.db again; the session's settings are gone
+            _utc(conn)
+            seen[0] = self._restarts
+
+
+def _utc(conn: pymysql.connections.Connection) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+
+
+class GatedWorkload:
+    """The shop writer's workload (tests/helpers/kafka_run.py), one transaction per hold of
+    the gate."""
+
+    def __init__(self, gate: PrimaryGate, conn: pymysql.connections.Connection, seed: int):
+        self.gate, self.conn, self.seen = gate, conn, [0]
+        self.inner = Workload(conn, seed)
+
+    @property
+    def statements(self) -> int:
+        return self.inner.statements
+
+    def transaction(self) -> None:
+        with self.gate.writing(self.conn, self.seen):
+            self.inner.transaction()
+
+
 class StepRunner(threading.Thread):
     """Runs the plan's steps at their moments, on a connection of its own."""
 
-    def __init__(self, db: str, plan: Plan) -> None:
+    def __init__(self, db: str, plan: Plan, gate: PrimaryGate) -> None:
         super().__init__(daemon=True)
         self.conn = connect_root(database=db)
-        with self.conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
+        _utc(self.conn)
+        self.gate, self.seen = gate, [0]
         self.plan = plan
         self.rnd = random.Random(f"{plan.seed}:{plan.run}:steps")
         self.next_id = 1
@@ -50,7 +107,7 @@ class StepRunner(threading.Thread):
             for step in self.plan.steps:
                 # finish() cuts the waits short: every step runs, the late ones at once
                 self.halt.wait(max(0.0, started + step.at_s - time.monotonic()))
-                with self.conn.cursor() as cur:
+                with self.gate.writing(self.conn, self.seen), self.conn.cursor() as cur:
                     self._step(cur, step)
         except BaseException as exc:  # reported by finish()
             self.error = exc

@@ -14,6 +14,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from bench.chaos_services import Services
+from bench.chaos_workload import PrimaryGate
 from tests.faults.test_ha_failover import leader_of, zk_state
 from tests.faults.test_partitions import EXACTLY_ONCE_YAML
 from tests.helpers.daemon_process import kill_leftovers, wait_for
@@ -30,8 +32,7 @@ WORKERS = ("w0", "w1")
 
 @dataclass
 class World:
-    kafka: str
-    zookeeper: str
+    services: Services
     db: str
     mode: str
     tmp: Path
@@ -40,6 +41,15 @@ class World:
     workers: list[HaReplicad] = field(default_factory=list)
     spaces: dict[str, NetNs] = field(default_factory=dict)
     disks: dict[str, Path] = field(default_factory=dict)
+    gate: PrimaryGate = field(default_factory=PrimaryGate)  # writers drained for a restart
+
+    @property
+    def kafka(self) -> str:
+        return self.services.kafka
+
+    @property
+    def zookeeper(self) -> str:
+        return self.services.zookeeper
 
     @property
     def pipeline(self) -> str:
@@ -53,14 +63,12 @@ class World:
 
     @classmethod
     @contextmanager
-    def open(
-        cls, kafka: str, zookeeper: str, db: str, mode: str, tmp: Path, run: int
-    ) -> Iterator[World]:
-        world = cls(kafka, zookeeper, db, mode, tmp, run)
+    def open(cls, services: Services, db: str, mode: str, tmp: Path, run: int) -> Iterator[World]:
+        world = cls(services, db, mode, tmp, run)
         with ExitStack() as stack:
             stack.callback(world._remove_traces)
             for name in WORKERS:
-                ns = NetNs.create()
+                ns = NetNs.create(services.links)
                 stack.callback(ns.close)
                 world.spaces[name] = ns
                 if mode == "relay":
@@ -79,8 +87,9 @@ class World:
         worker = HaReplicad(
             self.tmp,
             name,
-            int(self.zookeeper.split(":")[1]),
+            0,
             self.zk_root,
+            zk_hosts=self.zookeeper,
             server_id=SERVER_IDS[self.run % len(SERVER_IDS)],
             prefix=self.prefix,
             kafka=self.kafka,

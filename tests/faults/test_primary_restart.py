@@ -21,6 +21,7 @@ import pytest
 
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.mariadb_run import Replicad, assert_converged, duplicates, random_workload
+from tests.helpers.private_mariadb import PrivateMariaDB
 
 pytestmark = pytest.mark.faults
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,40 +31,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class PrivateMariaDB:
-    def __init__(self, state: Path, port: int) -> None:
-        self.env = {
-            **os.environ,
-            "REPLICAD_SERVICES_DIR": str(state),
-            "REPLICAD_MARIADB_PORT": str(port),
-        }
-        self.port = port
-
-    def _services(self, command: str) -> None:
-        subprocess.run(
-            ["bash", str(ROOT / "scripts/services.sh"), command, "mariadb"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-        )
-
-    def up(self) -> None:
-        self._services("up")
-
-    def down(self) -> None:
-        self._services("down")
-
-    def connect(self) -> pymysql.connections.Connection:
-        return pymysql.connect(
-            host="127.0.0.1",
-            port=self.port,
-            user="root",
-            password="root",
-            charset="utf8mb4",
-            autocommit=True,
-        )
 
 
 @pytest.fixture(scope="module")

@@ -33,11 +33,21 @@ STARTUP_WAIT_S = SESSION_TIMEOUT_S * 4 + 30
 class HaReplicad(KafkaReplicad):
     """A worker of the pipeline: Kafka sink, ZooKeeper through its own fault proxy."""
 
-    def __init__(self, tmp: Path, name: str, zk_port: int, root: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        zk_port: int,
+        root: str,
+        *,
+        zk_hosts: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`zk_hosts`: a whole connect string (an ensemble) instead of 127.0.0.1:`zk_port`."""
         super().__init__(tmp / name, **kwargs)
         self.name = name
         self.zk_env = {
-            "REPLICAD_COORDINATION__ZOOKEEPER__HOSTS": f"127.0.0.1:{zk_port}",
+            "REPLICAD_COORDINATION__ZOOKEEPER__HOSTS": zk_hosts or f"127.0.0.1:{zk_port}",
             "REPLICAD_COORDINATION__ZOOKEEPER__ROOT": root,
             "REPLICAD_COORDINATION__ZOOKEEPER__SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S),
             "REPLICAD_COORDINATION__ZOOKEEPER__WORKER_ID": name,

@@ -35,12 +35,15 @@ import pytest
 
 from tests.helpers.daemon_process import ROOT
 
-LINKS = {
-    "mariadb": int(os.environ.get("REPLICAD_MARIADB_PORT", "3306")),
-    "zookeeper": int(os.environ.get("REPLICAD_ZK_PORT", "2181")),
-    "kafka": int(os.environ.get("REPLICAD_KAFKA_PORT", "9092")),
-}
 Link = Literal["mariadb", "zookeeper", "kafka"]
+# Each link's ports: one for the shared services, three consecutive ones for a private Kafka
+# cluster or ZooKeeper ensemble (a cut drops the whole range: the worker loses every member).
+Links = dict[Link, tuple[int, ...]]
+LINKS: Links = {
+    "mariadb": (int(os.environ.get("REPLICAD_MARIADB_PORT", "3306")),),
+    "zookeeper": (int(os.environ.get("REPLICAD_ZK_PORT", "2181")),),
+    "kafka": (int(os.environ.get("REPLICAD_KAFKA_PORT", "9092")),),
+}
 # to_service: what the worker sends is dropped; from_service: what it would receive.
 Direction = Literal["both", "to_service", "from_service"]
 # Each link's pair of rule priorities (to the service, from it), before the `local` table,
@@ -69,6 +72,7 @@ class NetNs:
     name: str
     forwarders: list[subprocess.Popen[bytes]] = field(default_factory=list)
     rules: set[int] = field(default_factory=set)
+    links: Links = field(default_factory=lambda: dict(LINKS))
     made_link: bool = False  # the veth pair is ours to delete (its name may be another run's)
 
     @property
@@ -94,12 +98,13 @@ class NetNs:
         return ["ip", "netns", "exec", self.name]
 
     @classmethod
-    def create(cls) -> NetNs:
+    def create(cls, links: Links | None = None) -> NetNs:
+        """`links`: the services' ports (default: the shared services, LINKS)."""
         _forget_stale_namespaces()
         start = (os.getpid() * 7) % 240
         for attempt in range(240):
             index = 1 + (start + attempt) % 240
-            ns = cls(index, f"{NAME_PREFIX}-{os.getpid()}-{index}")
+            ns = cls(index, f"{NAME_PREFIX}-{os.getpid()}-{index}", links=dict(links or LINKS))
             # The host-side veth name is the lock: another run holding this index has it.
             if _ip("link", "show", ns.host_if, check=False).returncode == 0:
                 continue
@@ -126,7 +131,7 @@ class NetNs:
         _ip(*inside, "link", "set", "lo", "up")
         _ip(*inside, "rule", "add", "pref", str(LOCAL_PREF), "lookup", "local")
         _ip(*inside, "rule", "del", "pref", "0", "lookup", "local")
-        ports = [str(p) for p in LINKS.values()]
+        ports = [str(p) for link in self.links.values() for p in link]
         self._forward([], self.host_ip, "127.0.0.1", ports)
         self._forward(self.prefix, "127.0.0.1", self.host_ip, ports)
 
@@ -146,7 +151,7 @@ class NetNs:
     def cut(self, link: Link, direction: Direction = "both") -> None:
         """Drop the link's packets (in one direction or both) from now until `heal`."""
         pref = RULE_PREF[link]
-        port = str(LINKS[link])
+        port = _port_range(self.links[link])
         if direction in ("both", "to_service"):
             self._rule(pref, "to", self.host_ip, "ipproto", "tcp", "dport", port)
         if direction in ("both", "from_service"):
@@ -178,6 +183,14 @@ class NetNs:
         if self.made_link:
             _ip("link", "del", self.host_if, check=False)
         _ip("netns", "del", self.name, check=False)
+
+
+def _port_range(ports: tuple[int, ...]) -> str:
+    """What `ip rule` matches for a link: one port, or a range of consecutive ones."""
+    low, high = min(ports), max(ports)
+    if high - low + 1 != len(ports):
+        raise NetNsError(f"a link's ports must be consecutive to be cut together: {ports}")
+    return str(low) if low == high else f"{low}-{high}"
 
 
 def _wait_until_empty(name: str) -> None:
