@@ -49,7 +49,7 @@ from tests.helpers.kafka_run import (
     read_topics,
     state_difference,
 )
-from tests.helpers.netns import Direction, NetNs, netns
+from tests.helpers.netns import Direction, Link, NetNs, netns
 
 pytestmark = pytest.mark.faults
 __all__ = ["netns"]  # a fixture, used by name
@@ -323,3 +323,43 @@ def test_standby_cut_from_zookeeper_never_publishes(
         assert first_publish_after(w1, 0) is None
         pipeline.caught_up_and_stopped([w0, w1])
         pipeline.assert_nothing_lost(shop[0], [])
+
+
+@pytest.mark.parametrize("mode", ["at_least_once", "exactly_once"])
+def test_leader_cut_from_every_link_at_once_hands_over(
+    pipeline: Pipeline, shop: Any, netns: Callable[[], NetNs], mode: str
+) -> None:
+    """The leader's host loses its network: ZooKeeper, Kafka and the primary cut at the same
+    moment, both ways. Nothing it still holds can reach Kafka, and its lease runs out as in
+    the ZooKeeper cut alone: it abandons its pipeline, the standby takes over within the
+    failover bound; repeats only inside [position before the cut, binlog end when the lease
+    had run out], none in exactly-once (the cut leader's open transaction is aborted by the
+    new leader's fence). Healed all at once, the old leader is a standby again; nothing lost."""
+    pipeline.exactly_once = mode == "exactly_once"
+    ns = netns()
+    w0 = pipeline.worker("w0", 7805, ns)
+    w1 = pipeline.worker("w1", 7805)
+    links: tuple[Link, ...] = ("zookeeper", "kafka", "mariadb")
+    with worker_logs_on_failure([w0, w1]):
+        start_leading(pipeline, w0, w1)
+        with workload(pipeline, seed=85):
+            wait_for(lambda: pipeline.state()["position"], STARTUP_WAIT_S, "a position")
+            time.sleep(1.0)
+            before = pipeline.position()
+            cut = time.time()
+            for link in links:
+                ns.cut(link)
+            time.sleep(LEASE_S + 0.5)
+            window = (before, MARIADB.binlog_end())
+            took = wait_for_takeover([w1], cut, "every link cut") - cut
+            assert took <= FAILOVER_BOUND_S, took
+            wait_for_abandon(w0, cut, "the isolated leader")
+            assert w0.proc is not None and w0.proc.poll() is None, "the isolated leader exited"
+            for link in links:
+                ns.heal(link)
+            pipeline.wait_candidates(["w0", "w1"], "the healed leader to be a candidate again")
+            assert pipeline.leader([w0, w1]) is w1
+            time.sleep(1.0)
+        assert not events_after(w0, cut, "leading"), "the healed leader led again"
+        pipeline.caught_up_and_stopped([w0, w1])
+        pipeline.assert_nothing_lost(shop[0], [window])
