@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def _private_primary_port() -> None:
     """With --cluster the campaign's primary is a MariaDB of its own; the test helpers read
     its port (REPLICAD_MARIADB_PORT) when first imported, so it is chosen before they are."""
-    if "--cluster" in sys.argv[1:] and os.environ.get("REPLICAD_CHAOS_PRIVATE_PRIMARY") != "1":
+    if "--cluster" in sys.argv[1:] and os.environ.get("REPLICAD_TEST_CHAOS_PRIVATE_PRIMARY") != "1":
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             os.environ["REPLICAD_MARIADB_PORT"] = str(probe.getsockname()[1])
-        os.environ["REPLICAD_CHAOS_PRIVATE_PRIMARY"] = "1"
+        os.environ["REPLICAD_TEST_CHAOS_PRIVATE_PRIMARY"] = "1"
 
 
 _private_primary_port()

@@ -20,7 +20,7 @@ from tests.helpers.netns import LINKS, Links
 from tests.helpers.private_mariadb import PrivateMariaDB
 from tests.helpers.zk_helpers import ZkEnsemble
 
-PRIVATE_PRIMARY_ENV = "REPLICAD_CHAOS_PRIVATE_PRIMARY"
+PRIVATE_PRIMARY_ENV = "REPLICAD_TEST_CHAOS_PRIVATE_PRIMARY"
 
 
 @dataclass

@@ -996,8 +996,9 @@ def _delivery_failure(err: KafkaError, msg: Any, unit: DeliveryUnit) -> SinkErro
 def _fenced_or(err: KafkaError, reason: str, **context: object) -> SinkError:
     if err.code() in _FENCED:
         return ProducerFencedError(
-            "another replicad instance took over this pipeline's Kafka transactional id; "
-            "this one stops without writing more",
+            "this pipeline's Kafka transactional id was fenced: another replicad instance "
+            "took it over, or the coordinator aborted a transaction that outlived "
+            "transaction.timeout.ms; this producer stops without writing more",
             error=err.str(),
             **context,
         )
