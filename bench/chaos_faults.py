@@ -166,19 +166,28 @@ def _keeps_leading(world: World, leader: HaReplicad, started: float, what: str) 
     assert not lost, f"the leader gave up ({what}): {lost[:1]}"
 
 
+def _down_and_back(
+    world: World, fault: Fault, kill: Callable[[int], None], start: Callable[[int], None]
+) -> float:
+    """SIGKILL `fault.member`, start it again after the hold; returns once the pipeline's
+    position moved after that. The moment of the kill."""
+    started = time.time()
+    kill(fault.member)
+    try:
+        _sleep_until(started + fault.hold_s)
+        held = world.position()
+    finally:
+        start(fault.member)
+    wait_for(lambda: world.position() > held, CATCH_UP_S, "the position to move after a restart")
+    return started
+
+
 def broker_kill(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
     """One broker of three gone (min.insync.replicas 2): partitions and the transaction
     coordinator move to the others; the leader retries, it neither exits nor resigns."""
     cluster = world.services.cluster
     assert cluster is not None, "broker-kill needs --cluster"
-    started = time.time()
-    cluster.kill(fault.member)
-    try:
-        _sleep_until(started + fault.hold_s)
-        held = world.position()
-    finally:
-        cluster.start(fault.member)
-    wait_for(lambda: world.position() > held, CATCH_UP_S, "the position to move after a restart")
+    started = _down_and_back(world, fault, cluster.kill, cluster.start)
     out.resume_s = time.time() - started
     out.repeats_until_now()
     _keeps_leading(world, leader, started, f"broker {fault.member} killed")
@@ -190,16 +199,9 @@ def zk_member_kill(world: World, leader: HaReplicad, fault: Fault, out: Outcome)
     still be correct (the oracle checks), only slower."""
     ensemble = world.services.ensemble
     assert ensemble is not None, "zk-member-kill needs --cluster"
-    started = time.time()
-    ensemble.kill(fault.member)
-    try:
-        _sleep_until(started + fault.hold_s)
-    finally:
-        ensemble.start(fault.member)
-    out.repeats_until_now()
-    held = world.position()
-    wait_for(lambda: world.position() > held, CATCH_UP_S, "the position to move after a restart")
+    started = _down_and_back(world, fault, ensemble.kill, ensemble.start)
     out.resume_s = time.time() - started
+    out.repeats_until_now()
 
 
 def primary_restart(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:

@@ -101,6 +101,9 @@ def run_one(plan: Plan, services: Services) -> RunResult:
                 (tmp / "failure.txt").write_text(
                     traceback.format_exc() + "\n" + log_tails(world.workers)
                 )
+            if result.status == "FAIL":
+                world.keep_topics = True
+                (tmp / "topics.txt").write_text(f"{services.kafka} {world.prefix}.*\n")
     result.seconds = time.monotonic() - started
     if result.status == "FAIL":
         result.logs = tmp

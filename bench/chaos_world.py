@@ -42,6 +42,7 @@ class World:
     spaces: dict[str, NetNs] = field(default_factory=dict)
     disks: dict[str, Path] = field(default_factory=dict)
     gate: PrimaryGate = field(default_factory=PrimaryGate)  # writers drained for a restart
+    keep_topics: bool = False  # a failed run's topics stay for a look (its line says so)
 
     @property
     def kafka(self) -> str:
@@ -103,6 +104,8 @@ class World:
 
     def _remove_traces(self) -> None:
         delete_tree(self.zookeeper, self.zk_root)
+        if self.keep_topics:
+            return
         topics = AdminClient({"bootstrap.servers": self.kafka}).list_topics(timeout=10).topics
         delete_topics(self.kafka, [t for t in topics if t.startswith(f"{self.prefix}.")])
 

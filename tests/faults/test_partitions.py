@@ -193,30 +193,57 @@ def test_leader_cut_from_zookeeper_hands_over(
     ns = netns()
     w0 = pipeline.worker("w0", 7801, ns)
     w1 = pipeline.worker("w1", 7801)
+
+    def stopped_in_time(cut: float) -> None:
+        stopped = events_after(w0, cut, "publishing_paused", "pipeline_abandoned")
+        assert event_time(stopped[0]) - cut <= SESSION_TIMEOUT_S, stopped[0]
+        abandoned = events_after(w0, cut, "pipeline_abandoned")[0]
+        assert stopped[0]["rows"] == abandoned["rows"], (stopped[0], abandoned)
+
     with worker_logs_on_failure([w0, w1]):
-        start_leading(pipeline, w0, w1)
-        with workload(pipeline, seed=81):
-            wait_for(lambda: pipeline.state()["position"], STARTUP_WAIT_S, "a position")
-            time.sleep(1.0)
-            before = pipeline.position()
-            cut = time.time()
-            ns.cut("zookeeper", direction)
-            time.sleep(LEASE_S + 0.5)  # what it may still publish, by its lease's clock
-            window = (before, MARIADB.binlog_end())
-            took = wait_for_takeover([w1], cut, "zookeeper cut") - cut
-            assert took <= FAILOVER_BOUND_S, took
-            wait_for_abandon(w0, cut, "the cut leader")
-            stopped = events_after(w0, cut, "publishing_paused", "pipeline_abandoned")
-            assert event_time(stopped[0]) - cut <= SESSION_TIMEOUT_S, stopped[0]
-            abandoned = events_after(w0, cut, "pipeline_abandoned")[0]
-            assert stopped[0]["rows"] == abandoned["rows"], (stopped[0], abandoned)
-            ns.heal("zookeeper")
-            pipeline.wait_candidates(["w0", "w1"], "the healed leader to be a candidate again")
-            assert pipeline.leader([w0, w1]) is w1
-            time.sleep(1.0)
-        assert not events_after(w0, cut, "leading"), "the healed leader led again"
+        window = hand_over_on_cut(
+            pipeline, ns, (w0, w1), 81, ("zookeeper",), direction, stopped_in_time
+        )
         pipeline.caught_up_and_stopped([w0, w1])
         pipeline.assert_nothing_lost(shop[0], [window])
+
+
+def hand_over_on_cut(
+    pipeline: Pipeline,
+    ns: NetNs,
+    workers: tuple[HaReplicad, HaReplicad],
+    seed: int,
+    links: tuple[Link, ...],
+    direction: Direction = "both",
+    check: Callable[[float], None] = lambda cut: None,
+) -> Window:
+    """Under a workload, cut the leader's `links` (it runs in `ns`): the standby takes over
+    within the failover bound, the leader abandons its pipeline (`check(cut time)` says more);
+    healed, it is a candidate again, not the leader. Returns the window in which a change may
+    repeat: [position before the cut, binlog end once the lease had run out]."""
+    leader, standby = workers
+    start_leading(pipeline, leader, standby)
+    with workload(pipeline, seed=seed):
+        wait_for(lambda: pipeline.state()["position"], STARTUP_WAIT_S, "a position")
+        time.sleep(1.0)
+        before = pipeline.position()
+        cut = time.time()
+        for link in links:
+            ns.cut(link, direction)
+        time.sleep(LEASE_S + 0.5)  # what it may still publish, by its lease's clock
+        window = (before, MARIADB.binlog_end())
+        took = wait_for_takeover([standby], cut, f"{'+'.join(links)} cut") - cut
+        assert took <= FAILOVER_BOUND_S, took
+        wait_for_abandon(leader, cut, "the cut leader")
+        assert leader.proc is not None and leader.proc.poll() is None, "the cut leader exited"
+        check(cut)
+        for link in links:
+            ns.heal(link)
+        pipeline.wait_candidates(["w0", "w1"], "the healed leader to be a candidate again")
+        assert pipeline.leader(list(workers)) is standby
+        time.sleep(1.0)
+    assert not events_after(leader, cut, "leading"), "the healed leader led again"
+    return window
 
 
 @pytest.mark.parametrize(
@@ -359,27 +386,7 @@ def test_leader_cut_from_every_link_at_once_hands_over(
     ns = netns()
     w0 = pipeline.worker("w0", 7805, ns)
     w1 = pipeline.worker("w1", 7805)
-    links: tuple[Link, ...] = ("zookeeper", "kafka", "mariadb")
     with worker_logs_on_failure([w0, w1]):
-        start_leading(pipeline, w0, w1)
-        with workload(pipeline, seed=85):
-            wait_for(lambda: pipeline.state()["position"], STARTUP_WAIT_S, "a position")
-            time.sleep(1.0)
-            before = pipeline.position()
-            cut = time.time()
-            for link in links:
-                ns.cut(link)
-            time.sleep(LEASE_S + 0.5)
-            window = (before, MARIADB.binlog_end())
-            took = wait_for_takeover([w1], cut, "every link cut") - cut
-            assert took <= FAILOVER_BOUND_S, took
-            wait_for_abandon(w0, cut, "the isolated leader")
-            assert w0.proc is not None and w0.proc.poll() is None, "the isolated leader exited"
-            for link in links:
-                ns.heal(link)
-            pipeline.wait_candidates(["w0", "w1"], "the healed leader to be a candidate again")
-            assert pipeline.leader([w0, w1]) is w1
-            time.sleep(1.0)
-        assert not events_after(w0, cut, "leading"), "the healed leader led again"
+        window = hand_over_on_cut(pipeline, ns, (w0, w1), 85, ("zookeeper", "kafka", "mariadb"))
         pipeline.caught_up_and_stopped([w0, w1])
         pipeline.assert_nothing_lost(shop[0], [window])
