@@ -28,6 +28,7 @@ from tests.helpers.zk_helpers import delete_tree
 RELAY_DISK = "64m"
 SERVER_IDS = range(8370, 8400)  # no other test registers these with the shared MariaDB
 WORKERS = ("w0", "w1")
+REPLICATION_FACTOR = 3  # the topics the workers create on the campaign's own cluster
 
 
 @dataclass
@@ -96,11 +97,17 @@ class World:
             kafka=self.kafka,
             pipeline=self.pipeline,
             db=self.db,
-            kafka_yaml=EXACTLY_ONCE_YAML if self.mode == "exactly-once" else "",
+            kafka_yaml=self._kafka_yaml(),
             extra_yaml=relay,
         )
         worker.command_prefix = self.spaces[name].prefix
         return worker
+
+    def _kafka_yaml(self) -> str:
+        lines = [EXACTLY_ONCE_YAML] if self.mode == "exactly-once" else []
+        if self.services.cluster is not None:  # replicated, as in production: a kill fails over
+            lines.append(f"topics: {{replication_factor: {REPLICATION_FACTOR}}}")
+        return "\n".join(lines)
 
     def _remove_traces(self) -> None:
         delete_tree(self.zookeeper, self.zk_root)
