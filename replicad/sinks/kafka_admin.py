@@ -17,7 +17,7 @@ from replicad.checkpoint_record import Checkpoint
 from replicad.config import KafkaSinkConfig
 from replicad.errors import ConfigError
 from replicad.published.kafka_clients import kafka_client, serve_logs, shared_settings
-from replicad.sinks.base import SinkError
+from replicad.sinks.base import SinkError, SinkUnavailableError
 
 log = structlog.get_logger("replicad.sinks.kafka")
 
@@ -150,13 +150,24 @@ class PositionReader:
         self._ends: dict[int, tuple[int, int]] | None = None
 
     def prepare(self) -> None:
-        meta = self.consumer.list_topics(self.topic, timeout=ADMIN_TIMEOUT_S)
-        self._ends = {
-            p: self.consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=ADMIN_TIMEOUT_S
-            )
-            for p in meta.topics[self.topic].partitions
-        }
+        """Where each partition ends. A partition without a leader now (its brokers down)
+        cannot be read to its end: a transient error, never "no position" (which would
+        resume from an older one)."""
+        try:
+            meta = self.consumer.list_topics(self.topic, timeout=ADMIN_TIMEOUT_S)
+            partitions = meta.topics[self.topic].partitions
+            self._ends = {
+                p: self.consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=ADMIN_TIMEOUT_S
+                )
+                for p in partitions
+            }
+        except KafkaException as exc:
+            raise SinkUnavailableError(
+                f"cannot learn where the positions topic ends: {exc.args[0].str()}",
+                topic=self.topic,
+                pipeline=self.pipeline,
+            ) from None
 
     def read(self) -> Checkpoint | None:
         """The checkpoint (None: the pipeline has none); closes the consumer."""
