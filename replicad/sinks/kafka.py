@@ -813,6 +813,10 @@ class KafkaSink:
             err = exc.args[0]
             if err.code() in _FENCED or err.fatal():
                 raise _fenced_or(err, "cannot abort a Kafka transaction") from None
+            # Not fatal: the transaction stays open on the coordinator until it times out or
+            # the next producer of this transactional id aborts it. Said, since the markers
+            # of that abort are then not this producer's to see.
+            log.warning("kafka_abort_failed", error=err.str(), committed_seq=self._committed_seq)
 
     async def _commit_batch(self) -> None:
         """Commit the open Kafka transaction with a position record for its last mark.
