@@ -165,7 +165,9 @@ def publishing(
     pids.update({k: v for k, v in procstat.service_pids().items() if k == "mariadbd"})
     for label, options in publish_options(args):
         results["publish"].append(
-            publish(label, bootstrap, workdir, server, binlog, plan, pids, **options)
+            publish(
+                label, bootstrap, workdir, server, binlog, plan, pids, sink=args.sink, **options
+            )
         )
     alo = results["publish"][0]
     if not alo.get("error"):
@@ -271,6 +273,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="also at-least-once runs with sinks.kafka.producer_processes N (default: 2; the "
         "at-least-once run is N = 1)",
+    )
+    parser.add_argument(
+        "--sink",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help='more sinks.kafka settings for every run, e.g. \'{"headers": "none", '
+        '"compression": "zstd"}\' (default: the config defaults)',
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir and databases")
     parser.add_argument(

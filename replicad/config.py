@@ -221,7 +221,13 @@ class KafkaSinkConfig(_Strict):
     # "row" (every column of the row image).
     key_without_pk: Literal["null", "table", "row"] = "null"
     tombstones: bool = True  # a null-valued message after each delete (log compaction)
-    headers: bool = True  # replicad.file/pos/row/gtid headers on every message
+    # Headers on every message. "full": replicad.file/pos/row/gtid; "minimal": replicad.gtid
+    # only (the coordinates are in the value's source block; the GTID lets a consumer group
+    # a transaction's messages without decoding values); "none". Exactly-once adds
+    # replicad.batch to "full" and "minimal". true/false (older configs) mean full/none.
+    headers: Literal["none", "minimal", "full"] = "full"
+    # librdkafka's compression.type for our batches (`producer:` may still set it).
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     # Debezium's provide.transaction.metadata: the envelope's "transaction" block (else null)
     # and BEGIN/END events on transaction_topic ("" keeps only the block).
     transaction_metadata: bool = False
@@ -250,6 +256,13 @@ class KafkaSinkConfig(_Strict):
     producer_processes: int = Field(1, ge=1, le=32)
     producer: dict[str, str | int | float | bool] = {}  # librdkafka settings, passed through
     sasl: KafkaSaslConfig | None = None  # SASL credentials kept out of `producer:`
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers_from_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # the setting was a bool before the three modes
+            return "full" if value else "none"
+        return value
 
     @model_validator(mode="after")
     def _sasl_given_once(self) -> KafkaSinkConfig:

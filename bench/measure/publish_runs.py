@@ -30,9 +30,11 @@ def configure(
     relay: bool,
     table: str = TABLE,
     producers: int = 1,
+    sink: dict[str, Any] | None = None,
 ) -> None:
     """e2e.py's config, with exactly_once, the relay and sinks.kafka.producer_processes
-    switched, and only this benchmark's table (and the latency table) published."""
+    switched, `sink` (more sinks.kafka settings) on top, and only this benchmark's table
+    (and the latency table) published."""
     replicad.write_config(start)
     config = json.loads(replicad.config_path.read_text())
     config.pop("snapshot", None)  # e2e.py's signal table: not used here
@@ -45,6 +47,7 @@ def configure(
         # A partition count that is a multiple of N gives each producer process partitions of
         # its own (both split by crc32 of the key): the layout docs/performance.md advises.
         config["sinks"]["kafka"]["topics"] = {"partitions": producers}
+    config["sinks"]["kafka"].update(sink or {})
     config["relay"] = {"enabled": relay, "directory": str(replicad.workdir / "relay")}
     replicad.config_path.write_text(json.dumps(config, indent=2) + "\n")
 
@@ -173,6 +176,7 @@ def publish(
     table: str = TABLE,
     keep_samples: bool = False,
     producers: int = 1,
+    sink: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     slug = label.replace(",", "").replace(" ", "-")  # a pipeline name: [A-Za-z0-9_.-]
     pipeline = f"publish-{slug}-{uuid.uuid4().hex[:6]}"
@@ -181,7 +185,15 @@ def publish(
     replicad = replicad_process.Replicad(
         rundir, server, broker, pipeline, "disabled", e2e_load.DATABASE
     )
-    configure(replicad, binlog["start"], eos=eos, relay=relay, table=table, producers=producers)
+    configure(
+        replicad,
+        binlog["start"],
+        eos=eos,
+        relay=relay,
+        table=table,
+        producers=producers,
+        sink=sink,
+    )
     print(f"publishing: {label} (pipeline {pipeline}) ...", file=sys.stderr)
     reader = None
     result: dict[str, Any] = {

@@ -264,7 +264,7 @@ class KafkaSink:
         self._note_schema(change)
         filtered_before, filtered_after = self.filter.rows(change)
         now_ms = int(time.time() * 1000)
-        headers = self._headers(change) if self.config.headers else None
+        headers = self._headers(change)
         # Snapshot reads belong to no transaction (as in Debezium): no block, no BEGIN/END.
         metadata = self.config.transaction_metadata and change.op != "r"
         value: Callable[..., bytes] = self.writer.value
@@ -314,7 +314,8 @@ class KafkaSink:
         messages, change, count = encoded
         topic = self.routing.topic(change.db, change.table)
         self._note_schema(change)
-        first, last = self._header_parts_of(change) if self.config.headers else ([], None)
+        first, last = self._header_parts_of(change)
+        with_row = self.config.headers == "full"
         tombstones = self.config.tombstones
         limit = self.config.max_message_bytes
         unit = self.tracker.current
@@ -322,7 +323,7 @@ class KafkaSink:
         if isinstance(self.producer, ProducerPool) and not self._pending:
             if topic in self.topics.ready:
                 # Producer processes: the event split by key in one call, headers built there.
-                parts = None if last is None else (first, last)
+                parts = None if last is None else (first, last, with_row)
                 sent = self.producer.produce_event(topic, unit, parts, messages, tombstones, limit)
                 if sent:
                     unit.outstanding += sent
@@ -338,7 +339,9 @@ class KafkaSink:
         direct = not self._pending and topic in self.topics.ready
         sent = 0
         for op, row, key_bytes, value in messages:
-            headers = None if last is None else [*first, (ROW_HEADER, b"%d" % row), *last]
+            headers = last
+            if with_row and last is not None:
+                headers = [*first, (ROW_HEADER, b"%d" % row), *last]
             tombstone = op == "d" and tombstones and key_bytes is not None
             if direct and len(value) <= limit:
                 # A full queue sends the rest to the pending list, in order: a delete's
@@ -375,7 +378,7 @@ class KafkaSink:
         change: an event in the schema topic, keyed by table and binlog coordinates so that
         compaction keeps every one."""
         now_ms = int(time.time() * 1000)
-        headers = self._table_headers(change) if self.config.headers else None
+        headers = self._table_headers(change)
         if change.kind == "truncate":
             topic = self.routing.topic(change.db, change.table)
             await self.topics.ensure(topic)
@@ -413,7 +416,7 @@ class KafkaSink:
         self._schemas_sent.add((schema.db, schema.table, schema.version))
         key = {"db": schema.db, "table": schema.table, "version": schema.version}
         value = dumps(table_schema_value(schema, change, self.pipeline))
-        headers = self._headers(change) if self.config.headers else None
+        headers = self._headers(change)
         self._send_raw(self._schema_topic, dumps(key), value, headers)
 
     def _send_raw(
@@ -446,7 +449,7 @@ class KafkaSink:
             "bytes": len(value),
             "limit": self.config.max_message_bytes,
         }
-        if headers:
+        if headers and self.config.headers == "full":
             context["source"] = ":".join(v.decode() for _, v in headers[:3])
         if self.config.oversized == "fail":
             raise SinkError(
@@ -511,16 +514,21 @@ class KafkaSink:
             self._poll()
         return True
 
-    def _headers(self, change: RowChange) -> list[tuple[str, bytes]]:
+    def _headers(self, change: RowChange) -> list[tuple[str, bytes]] | None:
         first, last = self._header_parts_of(change)
+        if self.config.headers != "full" or last is None:
+            return last
         return [*first, (ROW_HEADER, b"%d" % change.row), *last]
 
     def _header_parts_of(
         self, change: RowChange
-    ) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
-        """The headers before and after `replicad.row`. The rows of one ROWS event share
-        file, pos and GTID (and, exactly-once, mostly the Kafka transaction: a new one clears
-        the cache): rendered once."""
+    ) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]] | None]:
+        """The headers before and after `replicad.row` (`sinks.kafka.headers` "full"; with
+        "minimal" only the second part is sent, and with "none" it is None). The rows of one
+        ROWS event share file, pos and GTID (and, exactly-once, mostly the Kafka transaction:
+        a new one clears the cache): rendered once."""
+        if self.config.headers == "none":
+            return [], None
         event = (change.file, change.pos, change.gtid)
         if event != self._header_event:
             self._header_event = event
@@ -536,12 +544,16 @@ class KafkaSink:
             )
         return self._header_parts
 
-    def _table_headers(self, change: TableChange) -> list[tuple[str, bytes]]:
-        headers = [
-            ("replicad.file", (change.file or "").encode()),
-            ("replicad.pos", str(change.pos).encode()),
-            (ROW_HEADER, b"0"),
-        ]
+    def _table_headers(self, change: TableChange) -> list[tuple[str, bytes]] | None:
+        if self.config.headers == "none":
+            return None
+        headers: list[tuple[str, bytes]] = []
+        if self.config.headers == "full":
+            headers += [
+                ("replicad.file", (change.file or "").encode()),
+                ("replicad.pos", str(change.pos).encode()),
+                (ROW_HEADER, b"0"),
+            ]
         if change.gtid is not None:
             headers.append(("replicad.gtid", change.gtid.encode()))
         if self.exactly_once:
@@ -951,6 +963,7 @@ def producer_settings(
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
+        "compression.type": config.compression,
         "queue.buffering.max.messages": config.max_in_flight,
         "queue.buffering.max.kbytes": QUEUE_KBYTES,
         "message.max.bytes": max(

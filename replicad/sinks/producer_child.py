@@ -122,7 +122,8 @@ def _produce_batch(
 ) -> None:
     """`count` messages in `entries`: ("m", topic, key, value, headers, partition), one
     message; ("e", topic, header parts or None, [(row, key, value, tombstone), ...]), a ROWS
-    event's messages for this process, headers `[*first, ("replicad.row", row), *last]`."""
+    event's messages for this process, headers `[*first, ("replicad.row", row), *last]` when
+    the parts' third item (sinks.kafka.headers "full") says so, else `last`."""
     batch = _Batch(batch_id, count, writer)
     report = batch.delivered
     produce = producer.produce
@@ -132,9 +133,11 @@ def _produce_batch(
             _produce_one(producer, batch, topic, key, value, headers, partition)
             continue
         _, topic, parts, rows = entry
-        first, last = parts if parts is not None else ((), ())
+        first, last, with_row = parts if parts is not None else ((), None, False)
         for row, key, value, tombstone in rows:
-            headers = None if parts is None else [*first, (ROW_HEADER, b"%d" % row), *last]
+            headers = last
+            if with_row and last is not None:
+                headers = [*first, (ROW_HEADER, b"%d" % row), *last]
             try:  # the common case inline; a full queue or an error through _produce_one
                 produce(topic, value, key, on_delivery=report, headers=headers)
             except (BufferError, KafkaException):

@@ -212,7 +212,7 @@ class ProducerPool:
         self,
         topic: str,
         unit: DeliveryUnit,
-        headers: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]] | None,
+        headers: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]], bool] | None,
         messages: list[tuple[str, int, bytes | None, bytes]],
         tombstones: bool,
         limit: int,
