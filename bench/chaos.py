@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -30,14 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.helpers.ports import free_port_block
+
 
 def _private_primary_port() -> None:
     """With --cluster the campaign's primary is a MariaDB of its own; the test helpers read
     its port (REPLICAD_MARIADB_PORT) when first imported, so it is chosen before they are."""
     if "--cluster" in sys.argv[1:] and os.environ.get("REPLICAD_TEST_CHAOS_PRIVATE_PRIMARY") != "1":
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            os.environ["REPLICAD_MARIADB_PORT"] = str(probe.getsockname()[1])
+        # Below the ephemeral range: the primary restarts on this port (tests/helpers/ports.py)
+        os.environ["REPLICAD_MARIADB_PORT"] = str(free_port_block(1))
         os.environ["REPLICAD_TEST_CHAOS_PRIVATE_PRIMARY"] = "1"
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,21 +20,16 @@ import pytest
 
 from tests.helpers.daemon_process import wait_for
 from tests.helpers.mariadb_run import Replicad, assert_converged, duplicates, random_workload
+from tests.helpers.ports import free_port_block
 from tests.helpers.private_mariadb import PrivateMariaDB
 
 pytestmark = pytest.mark.faults
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def primary(tmp_path_factory) -> Iterator[PrivateMariaDB]:
-    server = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"), _free_port())
+    server = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"), free_port_block(1))
     server.up()
     try:
         yield server
