@@ -18,6 +18,7 @@ consumer reading read_uncommitted, can tell from it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections import deque
@@ -69,6 +70,7 @@ log = structlog.get_logger("replicad.sinks.kafka")
 BATCH_HEADER = "replicad.batch"  # exactly-once: the Kafka transaction a message belongs to
 POLL_EVERY = 1000  # serve delivery reports every this many messages
 QUEUE_KBYTES = 256 * 1024  # librdkafka's queue bound (it defaults to 1 GiB)
+WARM_UP_S = 2.0  # the metadata request that connects the producer before init_transactions
 _FENCED = {
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
@@ -243,6 +245,16 @@ class KafkaSink:
 
     async def _init_transactions(self) -> None:
         """Fence older producers of this transactional id (aborting what they left open)."""
+        # librdkafka asks for the transaction coordinator only through a connected broker;
+        # right after the bootstrap it has none and retries on a 500 ms timer, half of a
+        # takeover. Two metadata requests connect one first: the first is answered on the
+        # bootstrap connection, which librdkafka then drops for the brokers' own addresses.
+        # (A failure here is init_transactions' to report.)
+        with contextlib.suppress(KafkaException):
+            for _ in range(2):
+                await asyncio.to_thread(
+                    self._transactional.list_topics, self.routing.positions_topic, WARM_UP_S
+                )
         while True:
             try:
                 await asyncio.to_thread(self._transactional.init_transactions, ADMIN_TIMEOUT_S)

@@ -144,6 +144,10 @@ class PositionReader:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
+                # The end of a partition is reported by an empty fetch, which the broker
+                # holds for this long: librdkafka's 500 ms default was most of a takeover's
+                # position read.
+                "fetch.wait.max.ms": 20,
                 **shared_settings(config),
             },
         )
