@@ -5,6 +5,7 @@ a small tmpfs of its own (tests/helpers/small_disk.py); its ZooKeeper root and K
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,7 +29,10 @@ from tests.helpers.zk_helpers import delete_tree
 RELAY_DISK = "64m"
 SERVER_IDS = range(8370, 8400)  # no other test registers these with the shared MariaDB
 WORKERS = ("w0", "w1")
-REPLICATION_FACTOR = 3  # the topics the workers create on the campaign's own cluster
+# The topics the workers create on the campaign's own cluster: 3, as in production; 1 makes
+# a broker kill an outage of the partitions it holds (how the exactly-once duplicates of
+# docs/operations.md were reproduced).
+REPLICATION_FACTOR = int(os.environ.get("REPLICAD_TEST_CHAOS_REPLICATION_FACTOR", "3"))
 
 
 @dataclass
@@ -106,7 +110,11 @@ class World:
     def _kafka_yaml(self) -> str:
         lines = [EXACTLY_ONCE_YAML] if self.mode == "exactly-once" else []
         if self.services.cluster is not None:  # replicated, as in production: a kill fails over
-            lines.append(f"topics: {{replication_factor: {REPLICATION_FACTOR}}}")
+            isr = min(2, REPLICATION_FACTOR)  # the cluster's 2 cannot hold for one replica
+            lines.append(
+                f"topics: {{replication_factor: {REPLICATION_FACTOR}, "
+                f'config: {{"min.insync.replicas": "{isr}"}}}}'
+            )
         return "\n".join(lines)
 
     def _remove_traces(self) -> None:

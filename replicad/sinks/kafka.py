@@ -106,6 +106,8 @@ _OUTAGE = {
     KafkaError._PURGE_QUEUE,
     KafkaError._PURGE_INFLIGHT,
 }
+# Local timeouts: the request may still reach its broker after we gave up on it.
+_TIMEOUTS = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 # Settings that would break the delivery guarantee; allowed, but said out loud.
 _WEAKENING = {"enable.idempotence": (False, "false"), "acks": ("0", "1", 0, 1)}
 
@@ -512,7 +514,7 @@ class KafkaSink:
                     raise self._fatal from None
             if self.exactly_once and err.code() == KafkaError._STATE:
                 # The transaction failed underneath (fenced, timed out): abort says which.
-                self._abort_after_failed_commit()
+                self._fail_transaction("the transaction is in an error state")
                 raise SinkUnavailableError(
                     f"the Kafka transaction is in an error state ({err.str()}); a restart "
                     "resumes from the last committed position",
@@ -785,10 +787,13 @@ class KafkaSink:
             self._commit_task = None  # its error was raised by the drain (or the pipeline's)
             return  # a failed commit aborted its transaction already
         if self._in_kafka_txn and self._fatal is None:
-            try:
-                self._transactional.abort_transaction(5.0)
-            except KafkaException as exc:
-                log.warning("kafka_abort_failed", error=exc.args[0].str())
+            if self._settled():
+                try:
+                    self._transactional.abort_transaction(5.0)
+                except KafkaException as exc:
+                    log.warning("kafka_abort_failed", error=exc.args[0].str())
+            else:
+                self._leave_to_fencing("closed with messages not acknowledged")
             self._end_kafka_transaction()
 
     def _begin_kafka_transaction(self) -> None:
@@ -821,16 +826,43 @@ class KafkaSink:
     def _transaction_timeout_s(self) -> float:
         return float(self._settings["transaction.timeout.ms"]) / 1000
 
-    def _abort_after_failed_commit(self) -> None:
-        """Abort what could not be committed; a fenced producer says so here. The sink is
-        done then: the marks the aborted transaction held are not delivered, so no later
-        commit may carry a position past them (a commit of just a position record, with the
-        data aborted, loses that data for every read_committed consumer)."""
+    def _settled(self) -> bool:
+        """Every message of the open transaction acknowledged by Kafka: nothing of it can
+        still reach a partition, so an abort (EndTxn) leaves nothing behind."""
+        self.producer.poll(0)  # failures reported meanwhile count
+        return not len(self.producer) and self.tracker.failure is None
+
+    def _leave_to_fencing(self, why: str) -> None:
+        """Leave the open transaction to the next init_transactions of this transactional id
+        (the restart's, or a standby's) or to the coordinator's transaction timeout: both
+        abort it under a new producer epoch, which the partitions then hold, so a produce
+        request of this epoch still in flight is refused when it lands. Aborting it here
+        would write the markers under this epoch: a request that timed out on our side but
+        reaches its broker after them is appended, left open, and made visible by this
+        producer id's next commit (KAFKA-14053; librdkafka has no KIP-890 protection). The
+        fault campaign saw what this predicts: an old leader's batch, aborted after its
+        messages timed out, committed by its successor's first commit."""
+        self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+        log.warning(
+            "kafka_transaction_left_to_fencing",
+            reason=why,
+            committed_seq=self._committed_seq,
+            note="the next init_transactions or the transaction timeout aborts it",
+        )
+
+    def _fail_transaction(self, why: str, *, may_abort: bool = True) -> None:
+        """The open transaction cannot be committed. The sink is done then: the marks it
+        held are not delivered, so no later commit may carry a position past them (a commit
+        of just a position record, with the data aborted, loses that data for every
+        read_committed consumer). Aborted here only when settled, else left to fencing."""
         self._fatal = self._fatal or SinkUnavailableError(
-            "a Kafka transaction was aborted; a restart resumes from the last committed position",
+            "a Kafka transaction failed; a restart resumes from the last committed position",
             committed_seq=self._committed_seq,
         )
         self._end_kafka_transaction()
+        if not (may_abort and self._settled()):
+            self._leave_to_fencing(why)
+            return
         try:
             self._transactional.abort_transaction(5.0)
         except KafkaException as exc:
@@ -838,8 +870,7 @@ class KafkaSink:
             if err.code() in _FENCED or err.fatal():
                 raise _fenced_or(err, "cannot abort a Kafka transaction") from None
             # Not fatal: the transaction stays open on the coordinator until it times out or
-            # the next producer of this transactional id aborts it. Said, since the markers
-            # of that abort are then not this producer's to see.
+            # the next producer of this transactional id aborts it.
             log.warning("kafka_abort_failed", error=err.str(), committed_seq=self._committed_seq)
 
     async def _commit_batch(self) -> None:
@@ -918,12 +949,12 @@ class KafkaSink:
             if self._fatal is not None:
                 raise self._fatal
             if self.tracker.failure is not None:  # e.g. a topic deleted: not committable
-                self._abort_after_failed_commit()
+                self._fail_transaction("a message was not delivered")
                 raise self.tracker.failure
             if not len(self.producer):
                 return
             if time.monotonic() > deadline:
-                self._abort_after_failed_commit()
+                self._fail_transaction("messages not acknowledged in time")
                 raise SinkUnavailableError(
                     f"the messages of a Kafka transaction were not acknowledged within "
                     f"{self._transaction_timeout_s:g} s; a restart resumes from the last "
@@ -944,7 +975,8 @@ class KafkaSink:
                     log.warning("kafka_commit_retry", error=err.str(), position=str(position))
                     continue
                 if err.retriable():
-                    self._abort_after_failed_commit()
+                    # The commit request may still be on its way: not a moment to abort.
+                    self._fail_transaction("commit not confirmed", may_abort=False)
                     raise SinkUnavailableError(
                         f"a Kafka transaction could not be committed within "
                         f"{self._transaction_timeout_s:g} s ({err.str()}); a restart resumes "
@@ -952,9 +984,13 @@ class KafkaSink:
                         position=str(position),
                     ) from None
                 if err.txn_requires_abort():
-                    self._abort_after_failed_commit()
+                    # librdkafka asks for an abort after messages timed out: those may
+                    # still land, so that abort is the next producer epoch's.
+                    self._fail_transaction(
+                        "the commit needs an abort", may_abort=err.code() not in _TIMEOUTS
+                    )
                     raise SinkUnavailableError(
-                        f"a Kafka transaction was aborted ({err.str()}); a restart resumes "
+                        f"a Kafka transaction failed ({err.str()}); a restart resumes "
                         "from the last committed position",
                         position=str(position),
                     ) from None

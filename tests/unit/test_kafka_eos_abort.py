@@ -50,18 +50,22 @@ class _Message:
 
 
 class _RefusingProducer(_TransactionalProducer):
-    """The first commit is refused as needing an abort (messages timed out in it)."""
+    """The first commit is refused as needing an abort: `code` says why (a local timeout:
+    messages timed out in it)."""
 
     refused = False
+    code = KafkaError._TIMED_OUT
 
     def commit_transaction(self, timeout: float) -> None:
         if not self.refused:
             self.refused = True
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, "messages timed out", txn_requires_abort=True)
-            )
+            raise KafkaException(KafkaError(self.code, "refused", txn_requires_abort=True))
         self.release.set()
         super().commit_transaction(timeout)
+
+
+class _RefusingOnStateProducer(_RefusingProducer):
+    code = KafkaError.INVALID_TXN_STATE  # a broker's answer: nothing of it is in flight
 
 
 def _published_and_marked(sink: Any) -> None:
@@ -82,17 +86,43 @@ def test_a_failed_delivery_reported_before_the_commit_looks_stops_it(monkeypatch
     assert sink.routing.positions_topic not in producer.sent
 
 
-def test_no_commit_after_an_aborted_transaction(monkeypatch) -> None:
+def test_no_commit_after_a_failed_transaction(monkeypatch) -> None:
+    sink = _sink(monkeypatch, _RefusingOnStateProducer)
+    producer = sink.producer
+    _published_and_marked(sink)
+    with pytest.raises(SinkError, match="failed"):
+        asyncio.run(sink._commit_batch())
+    assert producer.log == ["begin", "abort"]  # all acknowledged: safe to abort now
+    # What the failed pipeline's drain, or the ticker's maintain(), would do next.
+    with pytest.raises(SinkError, match="failed"):
+        asyncio.run(sink._commit_batch())
+    with pytest.raises(SinkError, match="failed"):
+        sink.publish(_row(1))  # no new transaction after a failed one
+    assert producer.log == ["begin", "abort"], "a position committed past aborted data"
+    assert producer.sent.count(sink.routing.positions_topic) == 1  # in the aborted one only
+
+
+def test_a_transaction_whose_messages_timed_out_is_left_to_the_next_epoch(monkeypatch) -> None:
+    """Messages timed out on our side may still be appended after an abort of ours, and then
+    belong to this producer id's next transaction (KAFKA-14053). So no EndTxn: the next
+    init_transactions (the restart's, a standby's) or the transaction timeout aborts it under
+    a new producer epoch, which refuses them. Queued, unsent messages are purged."""
     sink = _sink(monkeypatch, _RefusingProducer)
     producer = sink.producer
     _published_and_marked(sink)
-    with pytest.raises(SinkError, match="aborted"):
+    with pytest.raises(SinkError, match="failed"):
         asyncio.run(sink._commit_batch())
-    assert producer.log == ["begin", "abort"]
-    # What the failed pipeline's drain, or the ticker's maintain(), would do next.
-    with pytest.raises(SinkError, match="aborted"):
+    with pytest.raises(SinkError, match="failed"):
+        sink.publish(_row(1))
+    sink.close()
+    assert producer.log == ["begin"], "aborted under the epoch of requests still in flight"
+    assert producer.purged == (True, False)
+
+
+def test_an_undelivered_message_leaves_the_transaction_to_the_next_epoch(monkeypatch) -> None:
+    sink = _sink(monkeypatch, _PurgingProducer)
+    producer = sink.producer
+    _published_and_marked(sink)
+    with pytest.raises(SinkError):
         asyncio.run(sink._commit_batch())
-    with pytest.raises(SinkError, match="aborted"):
-        sink.publish(_row(1))  # no new transaction after an aborted one
-    assert producer.log == ["begin", "abort"], "a position committed past aborted data"
-    assert producer.sent.count(sink.routing.positions_topic) == 1  # in the aborted one only
+    assert "abort" not in producer.log and producer.purged == (True, False)

@@ -36,6 +36,7 @@ class _TransactionalProducer:
         self.log: list[str] = []
         self.sent: list[str] = []
         self.release = threading.Event()
+        self.purged: tuple[bool, bool] | None = None  # purge(in_queue, in_flight) asked
 
     def _refuse(self, what: str) -> KafkaException:
         return KafkaException(KafkaError(KafkaError._STATE, f"{what}: Local: Erroneous state"))
@@ -70,6 +71,9 @@ class _TransactionalProducer:
 
     def flush(self, timeout: float) -> int:
         return 0
+
+    def purge(self, in_queue: bool, in_flight: bool, blocking: bool) -> None:
+        self.purged = (in_queue, in_flight)
 
     def __len__(self) -> int:
         return 0
