@@ -104,7 +104,7 @@ def line(result: RunResult, replay: str) -> str:
         f"seed={plan.seed} run={plan.run} mode={plan.mode} faults={plan.label} "
         f"rows={verdict.changes} lost={verdict.lost} duplicates={verdict.duplicates} "
         f"max_takeover_s={result.max_takeover_s:.2f} took_s={result.seconds:.0f} "
-        f"verdict={result.status}"
+        f"left_to_fencing={result.left_to_fencing} verdict={result.status}"
     )
     if result.status == "FAIL":
         text += f" | {'; '.join(verdict.problems)} | logs {result.logs} | replay: {replay}"
@@ -123,7 +123,8 @@ def summary(results: list[RunResult]) -> str:
         f"{sum(r.verdict.lost for r in results)} lost, "
         f"{sum(r.verdict.duplicates for r in results)} duplicates; "
         f"{sum(faults.values())} faults ({kinds}); "
-        f"max takeover {worst} s"
+        f"max takeover {worst} s; "
+        f"{sum(r.left_to_fencing for r in results)} transactions left to fencing"
     )
 
 

@@ -34,6 +34,8 @@ class RunResult:
     verdict: Verdict = field(default_factory=Verdict)
     seconds: float = 0.0
     logs: Path | None = None  # kept when the run failed
+    # exactly-once: failed Kafka transactions the sink left to the next producer epoch
+    left_to_fencing: int = 0
 
     @property
     def max_takeover_s(self) -> float:
@@ -92,6 +94,9 @@ def run_one(plan: Plan, services: Services) -> RunResult:
                 finally:
                     world.gate.reconnected(conn, [0])
                 _caught_up_and_stopped(world)
+                result.left_to_fencing = sum(
+                    w.count("kafka_transaction_left_to_fencing") for w in world.workers
+                )
                 windows = [o.window for o in result.outcomes if o.window is not None]
                 result.verdict = judge(
                     conn, services.kafka, world.prefix, db, world.pipeline, plan.mode, windows

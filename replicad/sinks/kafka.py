@@ -842,7 +842,8 @@ class KafkaSink:
         producer id's next commit (KAFKA-14053; librdkafka has no KIP-890 protection). The
         fault campaign saw what this predicts: an old leader's batch, aborted after its
         messages timed out, committed by its successor's first commit."""
-        self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+        with contextlib.suppress(KafkaException):  # unsent ones: not sent under this epoch
+            self.producer.purge(in_queue=True, in_flight=False, blocking=False)
         log.warning(
             "kafka_transaction_left_to_fencing",
             reason=why,
