@@ -206,6 +206,9 @@ logger.server.name = kafka.server.BrokerServer
 logger.server.level = INFO
 logger.raft.name = kafka.server.KafkaRaftServer
 logger.raft.level = INFO
+# Markers the transaction coordinator skips (docs/operations.md, KAFKA-20734)
+logger.txnmarkers.name = kafka.coordinator.transaction.TransactionMarkerChannelManager
+logger.txnmarkers.level = INFO
 PROPS
   touch "$stamp"
 }

@@ -77,7 +77,8 @@ async def kafka(config: KafkaSinkConfig) -> list[Finding]:
     from replicad.sinks.kafka_admin import probe_kafka
 
     try:
-        return [Finding(PASS, "kafka", await asyncio.to_thread(probe_kafka, config))]
+        reached = Finding(PASS, "kafka", await asyncio.to_thread(probe_kafka, config))
+        return [reached, *_single_replica(config)]
     except ConfigError as exc:
         return _config_failure("kafka", exc)
     except ReplicadError as exc:
@@ -90,6 +91,24 @@ async def kafka(config: KafkaSinkConfig) -> list[Finding]:
                 "in sinks.kafka)",
             )
         ]
+
+
+def _single_replica(config: KafkaSinkConfig) -> list[Finding]:
+    """Exactly-once on topics it creates with one replica: a broker's death leaves their
+    partitions without a leader, and Kafka 4.x's transaction coordinator then skips the abort
+    marker of such a partition (KAFKA-20734), so an aborted transaction's messages there
+    become visible with the producer's next commit (seen in bench/chaos.py --cluster)."""
+    if not config.exactly_once or config.topics.replication_factor > 1:
+        return []
+    return [
+        Finding(
+            WARN,
+            "kafka",
+            "exactly-once with topics created at replication factor 1: a transaction aborted "
+            "while a partition has no leader can become visible later (KAFKA-20734)",
+            "set sinks.kafka.topics.replication_factor to 3 (min.insync.replicas 2)",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- ZooKeeper

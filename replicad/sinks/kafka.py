@@ -839,9 +839,7 @@ class KafkaSink:
         request of this epoch still in flight is refused when it lands. Aborting it here
         would write the markers under this epoch: a request that timed out on our side but
         reaches its broker after them is appended, left open, and made visible by this
-        producer id's next commit (KAFKA-14053; librdkafka has no KIP-890 protection). The
-        fault campaign saw what this predicts: an old leader's batch, aborted after its
-        messages timed out, committed by its successor's first commit."""
+        producer id's next commit (KAFKA-14053; librdkafka has no KIP-890 protection)."""
         with contextlib.suppress(KafkaException):  # unsent ones: not sent under this epoch
             self.producer.purge(in_queue=True, in_flight=False, blocking=False)
         log.warning(
