@@ -44,10 +44,18 @@ def _private_primary_port() -> None:
 _private_primary_port()
 
 from bench import chaos_services  # noqa: E402  (after the port above)
-from bench.chaos_plan import CLUSTER_FAULTS, FAULTS, LEFT_OUT, MODES, SHARED_LEFT_OUT, draw  # noqa: E402
+from bench.chaos_plan import (  # noqa: E402
+    CLUSTER_FAULTS,
+    CRASH_FAULTS,
+    FAULTS,
+    LEFT_OUT,
+    MODES,
+    SHARED_LEFT_OUT,
+    draw,
+)
 from bench.chaos_run import RunResult, run_one  # noqa: E402
 
-ALL_FAULTS = FAULTS + CLUSTER_FAULTS
+ALL_FAULTS = FAULTS + CLUSTER_FAULTS + CRASH_FAULTS
 
 
 def _names(text: str, allowed: tuple[str, ...]) -> list[str]:
@@ -69,7 +77,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--cluster",
         action="store_true",
         help="services of the campaign's own (3 brokers, 3 ZooKeeper members, a MariaDB); "
-        f"adds the faults {', '.join(CLUSTER_FAULTS)}",
+        f"adds the faults {', '.join(CLUSTER_FAULTS + CRASH_FAULTS)}",
     )
     args = parser.parse_args(argv)
     allowed = ALL_FAULTS if args.cluster else FAULTS
@@ -141,7 +149,8 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     runs = [args.run] if args.run is not None else list(range(args.runs))
     left_out = LEFT_OUT if args.cluster else {**SHARED_LEFT_OUT, **LEFT_OUT}
-    print("left out: " + "; ".join(f"{k} ({why})" for k, why in left_out.items()), flush=True)
+    if left_out:
+        print("left out: " + "; ".join(f"{k} ({why})" for k, why in left_out.items()), flush=True)
     results: list[RunResult] = []
     try:
         with _services(args.cluster) as services:

@@ -217,6 +217,25 @@ def primary_restart(world: World, leader: HaReplicad, fault: Fault, out: Outcome
         primary.down()
         time.sleep(fault.hold_s)
         primary.up()
+    _resumed(world, leader, started, out, "primary restarted")
+
+
+def primary_crash(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
+    """The primary SIGKILLed with writers inside transactions, started again after the hold:
+    it recovers (a transaction is committed exactly when its binlog events are whole), the
+    leader reconnects and resumes by GTID, and the oracle's SELECT shows that nothing the
+    recovery rolled back was published."""
+    primary = world.services.primary
+    assert primary is not None, "primary-crash needs --cluster"
+    with world.gate.crashing():
+        started = time.time()
+        primary.crash()
+        time.sleep(fault.hold_s)
+        primary.up()
+    _resumed(world, leader, started, out, "primary crashed")
+
+
+def _resumed(world: World, leader: HaReplicad, started: float, out: Outcome, what: str) -> None:
     restarted = time.time()
     # from `started`: services.sh returns after the server is up and checked, and the
     # reconnect may come first
@@ -226,7 +245,7 @@ def primary_restart(world: World, leader: HaReplicad, fault: Fault, out: Outcome
         "a reconnect after the restart",
     )
     out.resume_s = max(0.0, time.time() - restarted)
-    _keeps_leading(world, leader, started, "primary restarted")
+    _keeps_leading(world, leader, started, what)
 
 
 APPLY: dict[str, Callable[[World, HaReplicad, Fault, Outcome], None]] = {
@@ -239,6 +258,7 @@ APPLY: dict[str, Callable[[World, HaReplicad, Fault, Outcome], None]] = {
     "broker-kill": broker_kill,
     "zk-member-kill": zk_member_kill,
     "primary-restart": primary_restart,
+    "primary-crash": primary_crash,
 }
 
 

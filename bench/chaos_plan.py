@@ -31,11 +31,14 @@ CLUSTER_FAULTS = (
     "zk-member-kill",  # SIGKILL of one ZooKeeper member (any role), restarted after the hold
     "primary-restart",  # the primary stopped and started (writers drained): resume by GTID
 )
-LEFT_OUT = {
-    "primary crash": "the primary is restarted with its writers drained between transactions; "
-    "a SIGKILL with transactions in flight is not drawn",
-}
-SHARED_LEFT_OUT = dict.fromkeys(CLUSTER_FAULTS, "needs --cluster (services of the campaign's own)")
+# And one more, apart so that plans drawn from the three above stay as they were (CI's run):
+CRASH_FAULTS = (
+    "primary-crash",  # the primary SIGKILLed under its writers: what it rolled back is unseen
+)
+LEFT_OUT: dict[str, str] = {}
+SHARED_LEFT_OUT = dict.fromkeys(
+    CLUSTER_FAULTS + CRASH_FAULTS, "needs --cluster (services of the campaign's own)"
+)
 STEP_KINDS = ("all-types", "all-types", "all-types", "bulk", "alter", "truncate")
 BULK_ROWS = (20_000, 24_000)
 
@@ -83,7 +86,7 @@ def _hold(kind: str, rnd: random.Random) -> float:
         return rnd.uniform(4.0, 12.0)
     if kind in ("broker-kill", "zk-member-kill"):  # down for a few metadata/ping rounds
         return rnd.uniform(2.0, 8.0)
-    if kind == "primary-restart":  # down around the reconnect backoff's first steps
+    if kind in ("primary-restart", "primary-crash"):  # around the reconnect backoff's start
         return rnd.uniform(0.0, 4.0)
     return rnd.uniform(0.0, 2.0)
 

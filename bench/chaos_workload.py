@@ -35,11 +35,16 @@ def create_tables(conn: pymysql.connections.Connection) -> None:
 class PrimaryGate:
     """Each writer holds the gate for one transaction at a time; a primary restart holds it
     while the server is down, so that the restart cuts no transaction in half (the writers are
-    drained, as before a planned restart), and each writer reconnects after it."""
+    drained, as before a planned restart), and each writer reconnects after it. A crash does
+    not wait for the writers: a transaction it cuts fails, and the writer waits for the
+    server, reconnects and goes on (whether that transaction committed is for the primary's
+    recovery to decide and SELECT to show; a step it cuts is not run again)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._restarts = 0
+        self._restarts = 0  # changed by the fault thread only
+        self._up = threading.Event()
+        self._up.set()
 
     @contextmanager
     def restarting(self) -> Iterator[None]:
@@ -48,11 +53,27 @@ class PrimaryGate:
             self._restarts += 1
 
     @contextmanager
+    def crashing(self) -> Iterator[None]:
+        self._up.clear()  # before the kill: every error from here on is the crash's
+        try:
+            yield
+        finally:
+            self._restarts += 1
+            self._up.set()
+
+    @contextmanager
     def writing(self, conn: pymysql.connections.Connection, seen: list[int]) -> Iterator[None]:
         """`seen`: the restarts this writer's connection has been through."""
         with self._lock:
-            self._reconnect(conn, seen)
-            yield
+            try:
+                self._reconnect(conn, seen)
+                yield
+            except pymysql.err.MySQLError:
+                if self._up.is_set():
+                    raise  # not a crash: the workload's own error
+                if not self._up.wait(120):
+                    raise
+                self._reconnect(conn, seen)
 
     def reconnected(self, conn: pymysql.connections.Connection, seen: list[int]) -> None:
         with self._lock:

@@ -4,8 +4,9 @@ ZooKeeper partition and a zombie (seed 15: relay, kill + disk-full; seed 18: exa
 zk-cut + stop). A failing run names its problems and the command that replays it; the long
 campaign (100 runs and more) is `bench/chaos.py --runs N` (docs/operations.md, "The fault
 campaign"). And one run with services of the campaign's own (`--cluster`: 3 brokers, 3
-ZooKeeper members, a MariaDB) drawing the faults only they allow: seed 19, exactly-once,
-a primary restart, a ZooKeeper member killed, a broker killed."""
+ZooKeeper members, a MariaDB) drawing the faults only they allow: seed 32, exactly-once, a
+ZooKeeper member killed, the primary crashed under its writers, a broker killed, the primary
+restarted."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 import pytest
 
 from bench.chaos import replay_command
-from bench.chaos_plan import CLUSTER_FAULTS, FAULTS, MODES, draw
+from bench.chaos_plan import CLUSTER_FAULTS, CRASH_FAULTS, FAULTS, MODES, draw
 from bench.chaos_run import run_one
 from bench.chaos_services import Services
 from tests.helpers.daemon_process import ROOT
@@ -26,7 +27,8 @@ from tests.helpers.netns import LINKS
 
 pytestmark = [pytest.mark.faults, pytest.mark.serial]
 CI_SEEDS = (15, 18)
-CLUSTER_SEED = 19
+CLUSTER_SEED = 32
+CLUSTER_KINDS = CLUSTER_FAULTS + CRASH_FAULTS
 CLUSTER_RUN_TIMEOUT_S = 600  # six JVMs and a MariaDB to start, then a run of about 40 s
 
 
@@ -55,13 +57,13 @@ def test_a_cluster_run_loses_nothing_when_a_broker_a_zookeeper_member_and_the_pr
     """A process of its own: the campaign's private primary must be chosen before the test
     helpers are imported (bench/chaos.py), and this process has imported them already."""
     _needs_namespaces()
-    plan = draw(CLUSTER_SEED, 0, MODES, CLUSTER_FAULTS)
-    assert plan.mode == "exactly-once" and set(plan.label.split("+")) == set(CLUSTER_FAULTS)
+    plan = draw(CLUSTER_SEED, 0, MODES, CLUSTER_KINDS)
+    assert plan.mode == "exactly-once" and set(plan.label.split("+")) == set(CLUSTER_KINDS)
     command = [
         sys.executable,
         "bench/chaos.py",
         "--cluster",
-        *("--seed", str(CLUSTER_SEED), "--run", "0", "--faults", ",".join(CLUSTER_FAULTS)),
+        *("--seed", str(CLUSTER_SEED), "--run", "0", "--faults", ",".join(CLUSTER_KINDS)),
     ]
     env = {k: v for k, v in os.environ.items() if k != "REPLICAD_MARIADB_PORT"}
     done = subprocess.run(
@@ -72,7 +74,7 @@ def test_a_cluster_run_loses_nothing_when_a_broker_a_zookeeper_member_and_the_pr
         text=True,
         timeout=CLUSTER_RUN_TIMEOUT_S,
     )
-    run = re.search(r"^seed=19 run=0 .*$", done.stdout, re.MULTILINE)
+    run = re.search(rf"^seed={CLUSTER_SEED} run=0 .*$", done.stdout, re.MULTILINE)
     assert done.returncode == 0 and run, done.stdout[-4000:] + done.stderr[-4000:]
     assert "verdict=FAIL" not in run[0] and " lost=0 " in run[0], run[0]
     rows = re.search(r" rows=(\d+) ", run[0])

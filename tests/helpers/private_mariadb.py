@@ -4,7 +4,9 @@ that restarting it disturbs no other test using the shared server."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pymysql
@@ -20,6 +22,7 @@ class PrivateMariaDB:
             "REPLICAD_MARIADB_PORT": str(port),
         }
         self.port = port
+        self.pid_file = state / "mariadb" / "mariadb.pid"
 
     def _services(self, command: str) -> None:
         subprocess.run(
@@ -34,6 +37,15 @@ class PrivateMariaDB:
 
     def down(self) -> None:
         self._services("down")
+
+    def crash(self) -> None:
+        """SIGKILL the server, no shutdown: the next `up()` recovers InnoDB and the binlog
+        (a transaction is committed there exactly when its binlog events are whole)."""
+        pid = int(self.pid_file.read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def connect(self) -> pymysql.connections.Connection:
         return pymysql.connect(
