@@ -208,16 +208,9 @@ def zk_member_kill(world: World, leader: HaReplicad, fault: Fault, out: Outcome)
 
 
 def primary_restart(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
-    """The primary stopped and started again between transactions: the leader reconnects
-    (with backoff) and resumes by GTID from where it was."""
-    primary = world.services.primary
-    assert primary is not None, "primary-restart needs --cluster"
-    with world.gate.restarting():
-        started = time.time()
-        primary.down()
-        time.sleep(fault.hold_s)
-        primary.up()
-    _resumed(world, leader, started, out, "primary restarted")
+    """The primary stopped and started again between transactions (its writers drained
+    first): the leader reconnects (with backoff) and resumes by GTID from where it was."""
+    _primary_down_and_up(world, leader, fault, out, crash=False)
 
 
 def primary_crash(world: World, leader: HaReplicad, fault: Fault, out: Outcome) -> None:
@@ -225,17 +218,19 @@ def primary_crash(world: World, leader: HaReplicad, fault: Fault, out: Outcome) 
     it recovers (a transaction is committed exactly when its binlog events are whole), the
     leader reconnects and resumes by GTID, and the oracle's SELECT shows that nothing the
     recovery rolled back was published."""
+    _primary_down_and_up(world, leader, fault, out, crash=True)
+
+
+def _primary_down_and_up(
+    world: World, leader: HaReplicad, fault: Fault, out: Outcome, crash: bool
+) -> None:
     primary = world.services.primary
-    assert primary is not None, "primary-crash needs --cluster"
-    with world.gate.crashing():
+    assert primary is not None, f"{fault.kind} needs --cluster"
+    with world.gate.crashing() if crash else world.gate.restarting():
         started = time.time()
-        primary.crash()
+        primary.crash() if crash else primary.down()
         time.sleep(fault.hold_s)
         primary.up()
-    _resumed(world, leader, started, out, "primary crashed")
-
-
-def _resumed(world: World, leader: HaReplicad, started: float, out: Outcome, what: str) -> None:
     restarted = time.time()
     # from `started`: services.sh returns after the server is up and checked, and the
     # reconnect may come first
@@ -245,7 +240,7 @@ def _resumed(world: World, leader: HaReplicad, started: float, out: Outcome, wha
         "a reconnect after the restart",
     )
     out.resume_s = max(0.0, time.time() - restarted)
-    _keeps_leading(world, leader, started, what)
+    _keeps_leading(world, leader, started, fault.kind)
 
 
 APPLY: dict[str, Callable[[World, HaReplicad, Fault, Outcome], None]] = {
