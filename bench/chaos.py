@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -71,6 +72,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--runs", type=int, default=1, help="runs 0..N-1 of the seed")
     parser.add_argument("--run", type=int, help="only this run (a replay)")
+    parser.add_argument(
+        "--minutes", type=float, help="start no run after this many minutes (the summary follows)"
+    )
     parser.add_argument("--modes", type=lambda t: _names(t, MODES), default=list(MODES))
     parser.add_argument("--faults", type=lambda t: _names(t, ALL_FAULTS))
     parser.add_argument(
@@ -152,9 +156,13 @@ def main(argv: list[str]) -> int:
     if left_out:
         print("left out: " + "; ".join(f"{k} ({why})" for k, why in left_out.items()), flush=True)
     results: list[RunResult] = []
+    deadline = None if args.minutes is None else time.monotonic() + args.minutes * 60
     try:
         with _services(args.cluster) as services:
             for run in runs:
+                if deadline is not None and time.monotonic() > deadline:
+                    print(f"time is up after {len(results)} runs", flush=True)
+                    break
                 result = run_one(draw(args.seed, run, args.modes, args.faults), services)
                 results.append(result)
                 replay = replay_command(args.seed, run, args.modes, args.faults, args.cluster)

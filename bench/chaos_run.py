@@ -14,7 +14,7 @@ from bench.chaos_faults import Outcome, apply
 from bench.chaos_oracle import Verdict, judge
 from bench.chaos_plan import Plan
 from bench.chaos_services import Services
-from bench.chaos_workload import GatedWorkload, StepRunner, create_tables
+from bench.chaos_workload import GatedWorkload, StepRunner, Writer, create_tables
 from bench.chaos_world import World
 from tests.faults.test_ha_failover import FAILOVER_TARGET_S, log_tails
 from tests.faults.test_partitions import CATCH_UP_S
@@ -92,7 +92,7 @@ def run_one(plan: Plan, services: Services) -> RunResult:
                 try:
                     _faults(world, plan, result)
                 finally:
-                    world.gate.reconnected(conn, [0])
+                    world.gate.reconnected(Writer(conn))
                 _caught_up_and_stopped(world)
                 result.left_to_fencing = sum(
                     w.count("kafka_transaction_left_to_fencing") for w in world.workers

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -30,6 +31,14 @@ def create_tables(conn: pymysql.connections.Connection) -> None:
     with conn.cursor() as cur:
         for sql in (*TABLES_SQL, ALL_TYPES):
             cur.execute(sql)
+
+
+@dataclass
+class Writer:
+    """A connection to the primary, and the restarts it has been through."""
+
+    conn: pymysql.connections.Connection
+    restarts_seen: int = 0
 
 
 class PrimaryGate:
@@ -62,28 +71,27 @@ class PrimaryGate:
             self._up.set()
 
     @contextmanager
-    def writing(self, conn: pymysql.connections.Connection, seen: list[int]) -> Iterator[None]:
-        """`seen`: the restarts this writer's connection has been through."""
+    def writing(self, writer: Writer) -> Iterator[None]:
         with self._lock:
             try:
-                self._reconnect(conn, seen)
+                self._reconnect(writer)
                 yield
             except pymysql.err.MySQLError:
                 if self._up.is_set():
                     raise  # not a crash: the workload's own error
                 if not self._up.wait(120):
                     raise
-                self._reconnect(conn, seen)
+                self._reconnect(writer)
 
-    def reconnected(self, conn: pymysql.connections.Connection, seen: list[int]) -> None:
+    def reconnected(self, writer: Writer) -> None:
         with self._lock:
-            self._reconnect(conn, seen)
+            self._reconnect(writer)
 
-    def _reconnect(self, conn: pymysql.connections.Connection, seen: list[int]) -> None:
-        if seen[0] != self._restarts:
-            conn.ping(reconnect=True)  # into conn.db again; the session's settings are gone
-            _utc(conn)
-            seen[0] = self._restarts
+    def _reconnect(self, writer: Writer) -> None:
+        if writer.restarts_seen != self._restarts:
+            writer.conn.ping(reconnect=True)  # into conn.db again; the session's settings are gone
+            _utc(writer.conn)
+            writer.restarts_seen = self._restarts
 
 
 def _utc(conn: pymysql.connections.Connection) -> None:
@@ -96,7 +104,7 @@ class GatedWorkload:
     the gate."""
 
     def __init__(self, gate: PrimaryGate, conn: pymysql.connections.Connection, seed: int):
-        self.gate, self.conn, self.seen = gate, conn, [0]
+        self.gate, self.writer = gate, Writer(conn)
         self.inner = Workload(conn, seed)
 
     @property
@@ -104,7 +112,7 @@ class GatedWorkload:
         return self.inner.statements
 
     def transaction(self) -> None:
-        with self.gate.writing(self.conn, self.seen):
+        with self.gate.writing(self.writer):
             self.inner.transaction()
 
 
@@ -115,7 +123,7 @@ class StepRunner(threading.Thread):
         super().__init__(daemon=True)
         self.conn = connect_root(database=db)
         _utc(self.conn)
-        self.gate, self.seen = gate, [0]
+        self.gate, self.writer = gate, Writer(self.conn)
         self.plan = plan
         self.rnd = random.Random(f"{plan.seed}:{plan.run}:steps")
         self.next_id = 1
@@ -128,7 +136,7 @@ class StepRunner(threading.Thread):
             for step in self.plan.steps:
                 # finish() cuts the waits short: every step runs, the late ones at once
                 self.halt.wait(max(0.0, started + step.at_s - time.monotonic()))
-                with self.gate.writing(self.conn, self.seen), self.conn.cursor() as cur:
+                with self.gate.writing(self.writer), self.conn.cursor() as cur:
                     self._step(cur, step)
         except BaseException as exc:  # reported by finish()
             self.error = exc
