@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from replicad.binlog import gtid as gtid_mod
 from replicad.binlog._bytes import need, read_lenenc
@@ -106,6 +107,9 @@ def _checksum_aware(version: str) -> bool:
     return numbers >= (5, 6, 1)
 
 
+PARSED_MAPS_MAX = 4096  # distinct TABLE_MAP bodies kept parsed (tables x layouts x table ids)
+
+
 class BinlogParser:
     """Turns the bytes of one event at a time into typed events.
 
@@ -132,6 +136,7 @@ class BinlogParser:
         # Until a FORMAT_DESCRIPTION says otherwise: a current server (MySQL 8.0.21+, MariaDB).
         self.year_signedness = True
         self.table_maps: dict[int, TableMapEvent] = {}
+        self._parsed_maps: dict[bytes, TableMapEvent] = {}  # by body, until the next FDE
         self._dispatch: dict[int, Callable[[EventHeader, bytes], Event]] = {
             EventType.FORMAT_DESCRIPTION: self._fde,
             EventType.START_V3: self._start_v3,
@@ -297,6 +302,7 @@ class BinlogParser:
         table_map_post = self._post_header_len(EventType.TABLE_MAP)
         self.table_id_size = 4 if table_map_post == 6 else 6
         self.table_maps.clear()
+        self._parsed_maps.clear()  # parsed under the old table id size and YEAR rule
         return event
 
     def _start_v3(self, header: EventHeader, body: bytes) -> Event:
@@ -522,9 +528,20 @@ class BinlogParser:
     # ------------------------------------------------------------------ rows
 
     def _table_map(self, header: EventHeader, body: bytes) -> TableMapEvent:
-        event = parse_table_map(
-            header, body, self.table_id_size, self.mariadb, year_signedness=self.year_signedness
-        )
+        # Every transaction repeats its tables' TABLE_MAPs byte for byte: a body parsed once
+        # serves again under the new header (a map is never changed after parsing; a named
+        # copy is a copy). Small transactions spent half of `dump` parsing them.
+        key = body if isinstance(body, bytes) else bytes(body)
+        parsed = self._parsed_maps.get(key)
+        if parsed is None:
+            event = parse_table_map(
+                header, body, self.table_id_size, self.mariadb, year_signedness=self.year_signedness
+            )
+            if len(self._parsed_maps) >= PARSED_MAPS_MAX:
+                del self._parsed_maps[next(iter(self._parsed_maps))]
+            self._parsed_maps[key] = event
+        else:
+            event = replace(parsed, header=header)
         self.table_maps[event.table_id] = event
         return event
 

@@ -191,6 +191,10 @@ class TableMapEvent(Event):
                 length, pos = read_lenenc(key, pos + 1)
                 pos += length
             key = key[:pos]
+        # Copies: the parser hands out maps that share their columns and decoders with the
+        # other maps of the same bytes (parser.py, `_table_map`); naming one must not name them.
+        self.columns = [replace(c) for c in self.columns]
+        self._decoders = {}
         for column, source in zip(self.columns, wanted, strict=True):
             column.name = source.name
             if column.type_code == ColumnType.ENUM and OptionalMetadata.ENUM_STR_VALUE not in kinds:
@@ -209,7 +213,6 @@ class TableMapEvent(Event):
         # not hand this map a decoder built for the same layout bytes under other names.
         described = [(c.name, c.enum_values, c.set_values, c.unsigned) for c in self.columns]
         self.layout_key = key + b"\xff" + repr((described, self.primary_key)).encode()
-        self._decoders.clear()
         return None
 
     def _compile(self, present: int, accelerated: bool) -> RowImageDecoder:
