@@ -276,13 +276,25 @@ class EnvelopeWriter:
     row costs the JSON of its images and one bytes formatting, not a nested dict.
     `change_envelope` stays the reference: a test holds the two byte-for-byte equal."""
 
-    __slots__ = ("_gtid", "_name", "_query", "_tables", "_text", "_version", "connect", "name")
+    __slots__ = (
+        "_event_notes",
+        "_gtid",
+        "_name",
+        "_query",
+        "_tables",
+        "_text",
+        "_version",
+        "connect",
+        "name",
+    )
 
     def __init__(self, name: str, connect: ConnectSchemas | None = None) -> None:
         self.name = name
         self.connect = connect  # schemas_enable: {"schema", "payload"} around each value
         self._name = orjson.dumps(name)
         self._tables: dict[tuple[str, str, int, str], tuple[bytes, bytes]] = {}
+        # event_parts' notes per op ("c", "u", "d"), by the images' absent columns
+        self._event_notes: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
         # The last file/GTID/statement/schema seen, by identity: rows of a transaction, or of
         # a table, share them.
         self._text: tuple[str | None, bytes] = (None, b"null")
@@ -382,13 +394,25 @@ class EnvelopeWriter:
             ts_ms * 1000,
             ts_ms * 1_000_000,
         )
-        # The images' notes are the event's (its bitmaps): the compiled path takes no event
-        # whose rows differ in them (JSON nulls, JSON diffs).
-        images: dict[str, tuple[Row, Row]] = {"c": (None, {}), "u": ({}, {}), "d": ({}, None)}
+        notes = self._notes_by_op(change)
         return head, tuple(
-            tail + op.encode() + end + _notes_json(image_notes(change, *images[op])) + b"}"
-            for op in ("c", "u", "d")
+            tail + op + end + note + b"}"
+            for op, note in zip((b"c", b"u", b"d"), notes, strict=True)
         )
+
+    def _notes_by_op(self, change: RowChange) -> tuple[bytes, ...]:
+        """The images' notes are the event's (its bitmaps): the compiled path takes no event
+        whose rows differ in them (JSON nulls, JSON diffs), so they follow from `absent`."""
+        key = change.absent
+        found = None if change.json_diffs else self._event_notes.get(key)
+        if found is None:
+            images: tuple[tuple[Row, Row], ...] = ((None, {}), ({}, {}), ({}, None))
+            found = tuple(_notes_json(image_notes(change, *pair)) for pair in images)
+            if not change.json_diffs:
+                if len(self._event_notes) >= 256:
+                    self._event_notes.clear()
+                self._event_notes[key] = found
+        return found
 
     def truncate(self, change: TableChange, ts_ms: int) -> bytes:
         """The op "t" message of a TRUNCATE (with schemas: the envelope's schema without the

@@ -26,7 +26,7 @@ import orjson
 from replicad.binlog.changes import EventRows, ImageAbsence, RowChange
 from replicad.binlog.column_types import TableDescription, describe
 from replicad.binlog.jsonb import JSON_NULL
-from replicad.binlog.rows import RowImageDecoder, TableMapEvent
+from replicad.binlog.rows import Column, RowImageDecoder, TableMapEvent
 from replicad.binlog.values import ColumnType
 from replicad.sinks import writer_choice
 from replicad.sinks.envelope import EnvelopeWriter, value_json
@@ -59,7 +59,7 @@ class EventEncoder:
         # by id(): the objects are kept with their entry, so an id is never reused under it
         # the compiled writer's EventLayout of (first decoder, second decoder, primary key)
         self._plans: dict[tuple[int, int, tuple[str, ...]], tuple[Any, Any, Any]] = {}
-        self._described: dict[int, tuple[TableMapEvent, TableDescription]] = {}
+        self._described: dict[int, tuple[list[Column], TableDescription]] = {}
 
     @staticmethod
     def available() -> bool:
@@ -180,13 +180,16 @@ class EventEncoder:
         return plan
 
     def _describe(self, table: TableMapEvent) -> TableDescription:
-        cached = self._described.get(id(table))
-        if cached is not None and cached[0] is table:
+        # By the columns list: the maps of one TABLE_MAP body share it (the parser parses a
+        # body once), and a named map has a list of its own.
+        columns = table.columns
+        cached = self._described.get(id(columns))
+        if cached is not None and cached[0] is columns:
             return cached[1]
         if len(self._described) >= _CACHED_LAYOUTS:
             self._described.clear()
         description = describe(table)
-        self._described[id(table)] = (table, description)
+        self._described[id(columns)] = (columns, description)
         return description
 
     def _compiled(self, decoder: RowImageDecoder) -> Any:
