@@ -513,7 +513,8 @@ class KafkaSink:
                 if self._fatal is not None:
                     raise self._fatal from None
             if self.exactly_once and err.code() == KafkaError._STATE:
-                # The transaction failed underneath (fenced, timed out): abort says which.
+                # The transaction failed underneath (fenced, timed out): the abort, when it
+                # may run, says which.
                 self._fail_transaction("the transaction is in an error state")
                 raise SinkUnavailableError(
                     f"the Kafka transaction is in an error state ({err.str()}); a restart "
@@ -785,7 +786,7 @@ class KafkaSink:
             return
         if task is not None and not task.cancelled() and task.exception() is not None:
             self._commit_task = None  # its error was raised by the drain (or the pipeline's)
-            return  # a failed commit aborted its transaction already
+            return  # a failed commit ended its transaction already (aborted or left)
         if self._in_kafka_txn and self._fatal is None:
             if self._settled():
                 try:
