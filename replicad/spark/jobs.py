@@ -211,6 +211,9 @@ class TableJob:
         self._discover()
         discovered = time.monotonic()
         while not self.stopping.is_set():
+            # Taken before the checks: a query that ends (fails) after its check below is
+            # still active here, so its error is looked at next round, never skipped.
+            finished = self.once and not any(q.isActive for q in self.queries.values())
             for table, query in list(self.queries.items()):
                 if query.isActive:
                     continue
@@ -222,9 +225,10 @@ class TableJob:
                 if "SchemaUnknownError" in str(error) or "schema version" in str(error):
                     log.info(f"{self.name}_query_restarted", table=table, reason="schema changed")
                     self.queries[table] = self._start(table)
+                    finished = False
                     continue
                 raise _failure(table, error)
-            if self.once and not any(q.isActive for q in self.queries.values()):
+            if finished:
                 return
             if on_round is not None:
                 on_round()
