@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pymysql
 
-from tests.helpers.daemon_process import ROOT
+from tests.helpers.daemon_process import ROOT, wait_for
 
 
 class PrivateMariaDB:
@@ -43,9 +42,7 @@ class PrivateMariaDB:
         (a transaction is committed there exactly when its binlog events are whole)."""
         pid = int(self.pid_file.read_text())
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, f"mariadbd {pid} to die")
 
     def connect(self) -> pymysql.connections.Connection:
         return pymysql.connect(
