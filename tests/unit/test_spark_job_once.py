@@ -24,7 +24,7 @@ class _EndsWhileLookedAt:
         self.looks = 0
 
     @property
-    def isActive(self) -> bool:  # noqa: N802  (Spark's name)
+    def isActive(self) -> bool:  # Spark's name
         self.looks += 1
         return self.looks == 1
 
