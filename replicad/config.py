@@ -789,15 +789,13 @@ class SparkConfig(_Strict):
     changes_path: str = "changes"  # the changes job: <changes_path>/db=<db>/table=<table>/date=
     checkpoint_path: str = "spark-checkpoints"  # streaming offsets: <checkpoint_path>/<job>/...
     tables: str = ".*"  # a regex on db.table: which tables the jobs take
-    buckets: int = Field(16, ge=1, le=4096)  # key buckets per lake table (a batch rewrites
-    # only the buckets its keys fall in)
     trigger_s: float = Field(5.0, gt=0)  # a micro-batch every so many seconds
     max_offsets_per_trigger: int | None = Field(None, ge=1)  # records per micro-batch
     discover_s: float = Field(30.0, gt=0)  # how often new tables are looked for
-    # `materialize`'s lake tables: replicad's own Parquet format (lake.py) or Delta Lake
-    # through Spark's own Kafka source (table_format.py), which loads the jars of
-    # scripts/spark/pom.xml from `lake_jars` (`bash scripts/services.sh spark-jars` prints it).
-    lake_format: Literal["replicad", "delta"] = "replicad"
+    # Lake tables are Delta Lake tables, read from Kafka by Spark's own source; the jobs load
+    # the jars of scripts/spark/pom.xml from `lake_jars` (`bash scripts/services.sh
+    # spark-jars` prints the directory; no default: where they live is the installation's).
+    lake_format: Literal["delta"] = "delta"
     lake_jars: str | None = None
     s3: SparkS3Config = SparkS3Config()
     # verify: the source's tables through Spark's JDBC source, as the source's user, with
@@ -815,6 +813,20 @@ class SparkConfig(_Strict):
     # The schema registry of Avro change topics (`envelope.format: avro`), e.g.
     # http://registry:8081; JSON topics need none (published/message_values.py)
     schema_registry_url: str | None = Field(None, pattern=REGISTRY_URL_PATTERN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_lake_format(cls, data: Any) -> Any:
+        # replicad's own lake format (Parquet buckets and a manifest) was removed: a config
+        # written for it names a lake that must be rebuilt, which its operator must be told.
+        if isinstance(data, dict) and (data.get("lake_format") == "replicad" or "buckets" in data):
+            raise KeyedValueError(
+                "spark.lake_format" if "buckets" not in data else "spark.buckets",
+                "replicad's own lake format (and its spark.buckets) was removed: lake tables "
+                "are Delta tables; drop the key and rebuild the lake as docs/spark.md "
+                '("Migrating from replicad\'s former lake format") says',
+            )
+        return data
 
     @field_validator("tables")
     @classmethod

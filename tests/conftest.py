@@ -66,16 +66,21 @@ def s3() -> str:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One SparkSession (local[2]) for the whole test session: starting one costs ~10 s."""
-    from replicad.spark.session import build_session
+    """One SparkSession (local[2]) for the whole test session: starting one costs ~10 s. It
+    loads what the jobs load: Delta Lake, Spark's Kafka source, and MariaDB Connector/J
+    (scripts/services.sh installs it) for verify's JDBC reads."""
+    from replicad.spark.session import build_session, lake_conf
+    from tests.helpers.spark_jars import spark_jars_dir
 
-    # MariaDB Connector/J (scripts/services.sh installs it) for verify's JDBC reads.
+    conf = lake_conf(SparkConfig(lake_jars=spark_jars_dir()))
     jar = SparkConfig().jdbc_driver_jar
+    if Path(jar).is_file():
+        conf["spark.jars"] += f",{jar}"
     session = build_session(
         "local[2]",
         "replicad-tests",
         local_dir=str(tmp_path_factory.mktemp("spark-local")),
-        conf={"spark.jars": jar} if Path(jar).is_file() else {},
+        conf=conf,
     )
     try:
         yield session

@@ -1,11 +1,14 @@
 """The Spark jobs `replicad spark <job> -c CONFIG` runs (docs/spark.md).
 
-`materialize`: one streaming query per source table, `replicad-kafka` → `LakeTable.apply` per
-micro-batch, its offsets in a Spark checkpoint of its own. A micro-batch applied again after a
-crash (written, not yet committed to the checkpoint) folds to the same table, since the fold
-goes by binlog coordinates. A query stopped by a schema version it was not started with (a DDL)
-is started again, which re-reads the schema topic; new tables are picked up every
-`spark.discover_s`.
+One streaming query per source table, reading its change topic with Spark's own Kafka source
+(kafka_changes.py), its offsets in a Spark checkpoint of its own:
+- `materialize`: each micro-batch folded into the table's Delta lake table by one MERGE
+  (lake.py). A micro-batch applied again after a crash (written, not yet committed to the
+  checkpoint) folds to the same table, since the fold goes by binlog coordinates; each commit
+  records the position the table is complete through (complete.py, for `spark cut`);
+- `changes`: each table's change rows appended to a Delta table partitioned by commit date.
+A query stopped by a schema version it was not started with (a DDL) is started again, which
+re-reads the schema topic; new tables are picked up every `spark.discover_s`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,6 +34,9 @@ from replicad.errors import ConfigError, ReplicadError
 from replicad.published.kafka_clients import shared_settings
 from replicad.published.topics import TopicNames
 from replicad.spark import storage
+from replicad.spark.complete import Completeness, batch_end, offset_log
+from replicad.spark.delta_types import stored_images
+from replicad.spark.kafka_changes import kafka_changes
 from replicad.spark.kafka_source import (
     ReplicadKafkaSource,
     Settings,
@@ -39,7 +44,7 @@ from replicad.spark.kafka_source import (
     messages,
     partition_bounds,
 )
-from replicad.spark.lake import LakeError, LakeTable
+from replicad.spark.lake import LakeError, LakeTable, refuse_former_format
 from replicad.spark.types import table_struct
 
 log = structlog.get_logger("replicad.spark")
@@ -145,6 +150,10 @@ class TableJob:
     takes and the schema topic knows, new ones found every `spark.discover_s`."""
 
     name = "job"
+    # The checkpoints' directory under spark.checkpoint_path. The Delta jobs ran beside replicad's
+    # former lake format under these names; that format's (`materialize/`, `changes/`) hold
+    # replicad-kafka's offsets, which Spark's Kafka source cannot resume from.
+    checkpoints = "job"
 
     def __init__(self, spark: SparkSession, config: Config, once: bool = False) -> None:
         self.spark = spark
@@ -159,25 +168,18 @@ class TableJob:
         self._reported = time.monotonic()
 
     def _sink(
-        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+        self, table: str, changes: DataFrame, versions: list[TypedSchema], options: dict[str, str]
     ) -> DataStreamWriter:
         raise NotImplementedError
 
-    def _read(self, options: dict[str, str], versions: list[TypedSchema]) -> DataFrame:
-        """The table's change DataFrame, streamed by `replicad-kafka`."""
-        if self.settings.max_offsets_per_trigger:
-            options = {
-                **options,
-                "maxOffsetsPerTrigger": str(self.settings.max_offsets_per_trigger),
-            }
-        return self.spark.readStream.format("replicad-kafka").options(**options).load()
-
     def _start(self, table: str) -> StreamingQuery:
         options = self.source.options(table)
-        versions = ReplicadKafkaSource(options).versions
-        changes = self._read(options, versions)
+        versions = ReplicadKafkaSource(options).versions  # the schema topic, as replicad reads it
+        changes = kafka_changes(
+            self.spark, options, versions, self.settings.max_offsets_per_trigger
+        )
         writer = (
-            self._sink(table, changes, versions)
+            self._sink(table, changes, versions, options)
             .option("checkpointLocation", self.checkpoint(table))
             .queryName(f"{self.name} {table}")
         )
@@ -194,7 +196,7 @@ class TableJob:
         return writer.start()
 
     def checkpoint(self, table: str) -> str:
-        return storage.join(self.settings.checkpoint_path, type(self).__name__.lower(), table)
+        return storage.join(self.settings.checkpoint_path, self.checkpoints, table)
 
     def _discover(self) -> None:
         for table in self.source.tables():
@@ -256,33 +258,41 @@ class TableJob:
 
 
 class Materialize(TableJob):
-    """`materialize`: each table streamed into its lake table (replicad/spark/lake.py)."""
+    """`materialize`: each table streamed into its Delta lake table at
+    `<lake_path>/<db>/<table>` (lake.py)."""
 
     name = "lake"
+    checkpoints = "deltamaterialize"
 
     def lake_path(self, table: str) -> str:
         db, _, name = table.partition(".")
         return storage.join(self.settings.lake_path, db, name)
 
+    def _start(self, table: str) -> StreamingQuery:
+        refuse_former_format(self.spark, self.lake_path(table))
+        return super()._start(table)
+
     def _sink(
-        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+        self, table: str, changes: DataFrame, versions: list[TypedSchema], options: dict[str, str]
     ) -> DataStreamWriter:
-        lake = LakeTable(
-            self.spark,
-            Path(self.lake_path(table)),
-            versions[-1].primary_key,
-            table_struct(versions),
-            self.settings.buckets,
-        )
+        lake = LakeTable(self.lake_path(table), versions[-1].primary_key, table_struct(versions))
+        checkpoint = self.checkpoint(table)
+        topic = options["topic"]
+        completeness = Completeness.of(self.config, options)
+        completeness.sample()  # before any batch of this query has its end offsets
 
         def apply(batch: DataFrame, batch_id: int) -> None:
             started = time.monotonic()
-            version = lake.apply(batch)
+            completeness.sample()  # the newest sample this batch can reach: its end is fixed
+            offsets = storage.read_text(batch.sparkSession, offset_log(checkpoint, batch_id))
+            through = completeness.through(batch_end(offsets, topic))
+            version = lake.apply(batch, through)
             log.info(
                 "lake_batch_applied",
                 table=table,
                 batch=batch_id,
                 version=version,
+                through=None if through is None else f"{through[0]}:{through[1]}",
                 seconds=round(time.monotonic() - started, 3),
             )
 
@@ -290,23 +300,31 @@ class Materialize(TableJob):
 
 
 class Changes(TableJob):
-    """`changes`: each table's change rows appended to Parquet under
-    `<changes_path>/db=<db>/table=<table>/date=<commit date>/`, through Spark's file sink: its
-    log (`_spark_metadata`) and the checkpoint make each record land once across restarts."""
+    """`changes`: each table's change rows appended to a Delta table at
+    `<changes_path>/db=<db>/table=<table>`, partitioned by the commit date.
+
+    Delta's streaming sink records each micro-batch's id in the table's log (the query's id
+    and batch id as a transaction), so a batch run again after a crash is not appended twice,
+    and with the checkpoint each topic record lands once. The columns a new schema version
+    adds are merged into the table's schema (`mergeSchema`); older rows read them as null.
+    TIME values in the row images are stored as microseconds (delta_types.py)."""
 
     name = "changes"
+    checkpoints = "deltachanges"
 
     def changes_path(self, table: str) -> str:
         db, _, name = table.partition(".")
         return storage.join(self.settings.changes_path, f"db={db}", f"table={name}")
 
     def _sink(
-        self, table: str, changes: DataFrame, versions: list[TypedSchema]
+        self, table: str, changes: DataFrame, versions: list[TypedSchema], options: dict[str, str]
     ) -> DataStreamWriter:
-        dated = changes.withColumn("date", F.to_date("commit_ts"))
+        dated = stored_images(changes).withColumn("date", F.to_date("commit_ts"))
         return (
-            dated.writeStream.format("parquet")
+            dated.writeStream.format("delta")
+            .outputMode("append")
             .option("path", self.changes_path(table))
+            .option("mergeSchema", "true")
             .partitionBy("date")
         )
 

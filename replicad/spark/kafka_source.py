@@ -1,11 +1,14 @@
 """`replicad-kafka`: a table's change topic as a typed change DataFrame, batch and streaming,
 through Spark's Python data source API over confluent-kafka (docs/spark.md).
 
-Spark's own Kafka source needs the spark-sql-kafka jars; this one needs nothing beyond
-`pip install replicad[spark]`. The row struct of `before` and `after` is built from the
-schema topic when the query starts (replicad/spark/types.py); a message naming a schema version
-the struct was not built from (an ALTER after the start) stops the read with an error that says
-so: start the query again and the struct includes it.
+The jobs read with Spark's own Kafka source (kafka_changes.py); this one stays for what it
+adds: it needs nothing beyond `pip install replicad[spark]` (no JVM jars), for reading the
+topics typed from a notebook or a batch job, and its schema-topic reader gives the jobs the
+versions they type records with (`ReplicadKafkaSource(options).versions`). The row struct
+of `before` and `after` is built from the schema topic when the query starts
+(replicad/spark/types.py); a message naming a schema version the struct was not built from
+(an ALTER after the start) stops the read with an error that says so: start the query again
+and the struct includes it.
 
 Options (the Kafka ones named as Spark's Kafka source names them):
 - `kafka.bootstrap.servers` (required), other `kafka.*` options go to the consumer;

@@ -1,58 +1,75 @@
-"""Lake tables that equal their source table (docs/spark.md): one Parquet table per source
-table holding the current row per primary key, kept up to date batch by batch.
+"""Lake tables (docs/spark.md, "Lake tables"): one Delta Lake table per source table holding
+the current row per primary key, readable by any Delta engine (Spark, delta-rs, DuckDB).
 
-Changes fold by their binlog coordinates `(file, pos, row)`, never by arrival: the
-at-least-once repeats of a restarted replicad (the same change again, at a later offset), a
-micro-batch applied twice after a crash of the job, and the order in which partitions are read
-change nothing. Snapshot reads carry the coordinates of the position they are consistent with
-and fold like changes. A TRUNCATE drops every row whose last change is at or before it, also
-one that arrives later from a partition read behind the others.
+A batch of changes (the change DataFrame, replicad/spark/types.py) is
+1. reduced to the last change per key by binlog coordinates `(file, pos, row)`, never by
+   arrival: the at-least-once repeats of a restarted replicad (the same change again, at a
+   later offset), a micro-batch applied twice after a crash of the job and the order in which
+   partitions are read change nothing; snapshot reads carry the coordinates of the position
+   they are consistent with and fold like changes;
+2. folded by one `MERGE INTO` (one Delta commit, so a reader sees the table before or after a
+   batch, never half of it): a matched row is updated or deleted only by a change with greater
+   coordinates, an unmatched key is inserted unless its last change is a delete, and a
+   TRUNCATE in the batch deletes every row whose last change is at or before it
+   (`WHEN NOT MATCHED BY SOURCE`), the batch's rows before it dropped.
 
-Layout of a lake table directory:
-- `v<N>/_bucket=<b>/part-*.parquet`: the rows of key bucket `b` (a hash of the key) as version
-  N wrote them. Each row keeps its key's last coordinates (`_replicad_file`, `_pos`, `_row`) and
-  whether that was a delete (`_replicad_deleted`: a deleted key is remembered, so an older
-  change of it that arrives later cannot bring it back);
-- `_manifest.json`: the version readers use: for every bucket the version directory that holds
-  it, the row schema, the truncation point. A batch writes only the buckets its keys fall in
-  (every bucket after a TRUNCATE or a change of the row schema), then replaces the manifest
-  with one rename: a reader sees the table before or after a batch, never half of it.
-Read it with `read_lake_table` (it applies the manifest, drops deleted keys and the
-bookkeeping columns); plain `spark.read.parquet` of the directory would see every version.
-Version directories no longer named by the current or the previous manifest are deleted (a
-reader that resolved the previous one just before a switch may still be reading it).
+The table holds the source table's columns (TIME as microseconds: delta_types.py) plus
+`_replicad_file`, `_replicad_pos`, `_replicad_row`: the coordinates of each row's last change.
+A deleted key is removed, not kept as a marker, so an older change of it that arrives later
+inserts it again until the newer changes after it arrive too. Within one partition that
+happens only when a suffix is read again (at-least-once repeats, a batch applied twice), which
+replays the delete as well; across partitions only for changes read behind a TRUNCATE, which
+every partition carries: the lake converges, but a reader can see such a key between batches.
+
+replicad's former format (Parquet bucket directories switched by a `_manifest.json`) is not
+read: a lake table that has one is refused with the way to rebuild it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
+import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+import structlog
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
-from replicad.errors import ReplicadError
+from replicad.errors import ConfigError, ReplicadError
+from replicad.spark import storage
+from replicad.spark.cut import Point, commit_metadata
+from replicad.spark.delta_types import stored_struct, to_stored
 
-MANIFEST = "_manifest.json"
-FILE, POS, ROW, DELETED, BUCKET = (
-    "_replicad_file",
-    "_replicad_pos",
-    "_replicad_row",
-    "_replicad_deleted",
-    "_bucket",
-)
-BOOKKEEPING = (FILE, POS, ROW, DELETED)
-DEFAULT_BUCKETS = 16
+FILE, POS, ROW, DELETED = ("_replicad_file", "_replicad_pos", "_replicad_row", "_replicad_deleted")
+COORDINATES = (FILE, POS, ROW)
+# Delta's session setting for the next commit's `userMetadata` (commitInfo), which MERGE
+# (SQL or DeltaTable.merge) takes; DataFrameWriter's `userMetadata` option covers writes only.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+FORMER_MANIFEST = "_manifest.json"  # what a lake table of replicad's former format has
+
+log = structlog.get_logger("replicad.spark")
 
 
 class LakeError(ReplicadError):
-    """A lake table that cannot be built or read: a table without a key, an unreadable
-    manifest."""
+    """A lake table that cannot be built: a source table without a primary key."""
+
+
+class FormerLakeFormatError(ConfigError):
+    """A lake path that holds a table of replicad's former lake format."""
+
+
+def refuse_former_format(spark: SparkSession, path: str) -> None:
+    """A ConfigError (exit 78) when `path` holds a table of replicad's former format: Delta
+    would write its log beside the old files and the lake would start empty."""
+    if storage.exists(spark, storage.join(path, FORMER_MANIFEST)):
+        raise FormerLakeFormatError(
+            "this lake table is in replicad's former lake format, which is not read any more: "
+            "rebuild it as a Delta table (docs/spark.md, \"Migrating from replicad's former "
+            'lake format")',
+            key="spark.lake_path",
+            path=path,
+        )
 
 
 def _coordinates(file: str, pos: str, row: str) -> Column:
@@ -71,190 +88,81 @@ def _point(coordinates: Sequence[Any]) -> Column:
 
 def _latest_per_key(rows: DataFrame, key: Sequence[str]) -> DataFrame:
     # At equal coordinates (a key-column change under filters.key_columns is a delete and a
-    # create of one row) the row that lives wins over the delete marker.
+    # create of one row) the row that lives wins over the delete.
     order = Window.partitionBy(*key).orderBy(
         F.col(FILE).desc(), F.col(POS).desc(), F.col(ROW).desc(), F.col(DELETED).asc()
     )
     return rows.withColumn("_n", F.row_number().over(order)).filter("_n = 1").drop("_n")
 
 
-class LakeTable:
-    """One lake table: `apply` a DataFrame of changes (the change schema of
-    replicad/spark/types.py), `read` the current rows."""
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        path: str | os.PathLike[str],
-        primary_key: Sequence[str],
-        columns: StructType,
-        buckets: int = DEFAULT_BUCKETS,
-    ) -> None:
+
+class LakeTable:
+    """One lake table, a Delta table at `path`: `apply` folds a batch of changes (the change
+    DataFrame) in one MERGE."""
+
+    def __init__(self, path: str, primary_key: Sequence[str], columns: StructType) -> None:
         if not primary_key:
             raise LakeError(
                 "a lake table needs a primary key to fold changes by; the table has none",
                 path=str(path),
             )
-        self.spark = spark
-        self.root = Path(path)
+        self.path = path  # absolute, or an s3a:// URI (storage.join)
         self.key = list(primary_key)
-        self.columns = columns  # the table's columns now (its newest schema version)
-        self.buckets = buckets
+        self.columns = columns
 
-    # ------------------------------------------------------------------ manifest
+    @property
+    def target(self) -> str:
+        return f"delta.{_q(self.path)}"
 
-    def manifest(self) -> dict[str, Any] | None:
-        path = self.root / MANIFEST
-        if not path.exists():
-            return None
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise LakeError(f"unreadable lake manifest: {exc}", path=str(path)) from None
-
-    def _write_manifest(self, manifest: dict[str, Any]) -> None:
-        previous = self.manifest()
-        temporary = self.root / f"{MANIFEST}.tmp"
-        with temporary.open("w") as handle:
-            json.dump(manifest, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.root / MANIFEST)
-        kept = {p.split("/")[0] for m in (manifest, previous) if m for p in m["buckets"].values()}
-        kept.add(f"v{manifest['version']:08d}")
-        for version in self.root.glob("v[0-9]*"):
-            if version.name not in kept:
-                shutil.rmtree(version, ignore_errors=True)
-
-    # ------------------------------------------------------------------ reading
-
-    def _stored(self, manifest: dict[str, Any], buckets: Sequence[str] | None) -> DataFrame | None:
-        """The stored rows (with bookkeeping) of some buckets (None: all), in today's
-        columns: a column the files lack is null, a retyped one is cast."""
-        paths = [
-            str(self.root / where)
-            for bucket, where in sorted(manifest["buckets"].items())
-            if buckets is None or bucket in buckets
-        ]
-        if not paths:
-            return None
-        stored = self.spark.read.option("mergeSchema", "true").parquet(*paths)
-        present = set(stored.columns)
-        return stored.select(
-            *[
-                # try_cast: an older value the newest type cannot hold is null, not an error
-                (F.col(f.name) if f.name in present else F.lit(None))
-                .try_cast(f.dataType)
-                .alias(f.name)
-                for f in self.columns.fields
-            ],
-            *BOOKKEEPING,
-        )
-
-    def stored(self) -> DataFrame:
-        """Every key the current version holds, deleted ones too, with the bookkeeping
-        columns (its last change's coordinates, whether that was a delete)."""
-        manifest = self.manifest()
-        if manifest is None:
-            raise LakeError("no version of the lake table yet", path=str(self.root))
-        stored = self._stored(manifest, None)
-        if stored is None:  # every row truncated
-            bookkeeping = StructType(
-                [
-                    StructField(FILE, StringType()),
-                    StructField(POS, LongType()),
-                    StructField(ROW, LongType()),
-                    StructField(DELETED, BooleanType()),
-                ]
-            )
-            return self.spark.createDataFrame(
-                [], StructType(self.columns.fields + bookkeeping.fields)
-            )
-        return stored
-
-    def read(self) -> DataFrame:
-        """The current rows: one per key, deleted keys left out, the table's own columns."""
-        return self.stored().filter(~F.col(DELETED)).drop(*BOOKKEEPING)
-
-    # ------------------------------------------------------------------ writing
-
-    def apply(self, changes: DataFrame) -> int:
-        """Fold one batch of changes into a new version; returns its number (the current one
-        when the batch holds nothing for the table)."""
-        # The batch is read by three actions (truncation point, touched buckets, the write):
-        # held once, not read from the source three times.
-        changes = changes.persist()
-        try:
-            return self._apply(changes)
-        finally:
-            changes.unpersist()
-
-    def _apply(self, changes: DataFrame) -> int:
-        manifest = self.manifest() or {"version": 0, "buckets": {}, "truncated": None}
-        schema_json = self.columns.json()
-        truncation = (
-            changes.filter(F.col("op") == "t")
-            .agg(F.max(_coordinates("file", "pos", "row")).alias("t"))
-            .first()
-        )
-        batch_truncated = None if truncation is None or truncation["t"] is None else truncation["t"]
-        truncated = manifest.get("truncated")
-        if batch_truncated is not None:
-            here = [batch_truncated["f"], batch_truncated["p"], batch_truncated["r"]]
-            truncated = here if truncated is None else max(truncated, here)
-        rows = self._rows(changes, truncated)
-        full = (
-            batch_truncated is not None
-            or manifest.get("schema") != schema_json
-            or manifest.get("bucket_count", self.buckets) != self.buckets  # every key moves
-        )
-        if full:
-            touched = None
-        else:
-            touched = sorted(str(r[BUCKET]) for r in rows.select(BUCKET).distinct().collect())
-            if not touched:
-                return int(manifest["version"])
-        old = None if not manifest["buckets"] else self._stored(manifest, touched)
-        if old is not None:
-            if truncated is not None:
-                old = old.filter(_coordinates(FILE, POS, ROW) > _point(truncated))
-            old = old.withColumn(BUCKET, self._bucket())
-            rows = rows.unionByName(old)
-        merged = _latest_per_key(rows, self.key)
-        # Past every version directory on disk: one left by a batch that died before its
-        # manifest switch is never written into (it goes with the next switch's clean-up).
-        on_disk = [int(p.name[1:]) for p in self.root.glob("v[0-9]*") if p.name[1:].isdigit()]
-        version = max([int(manifest["version"]), *on_disk]) + 1
-        directory = self.root / f"v{version:08d}"
-        merged.write.mode("errorifexists").partitionBy(BUCKET).parquet(str(directory))
-        written = {
-            p.name.split("=", 1)[1]: f"{directory.name}/{p.name}"
-            for p in directory.glob(f"{BUCKET}=*")
+    def _ensure(self, spark: SparkSession) -> None:
+        """The table exists with the columns of `columns`: an ALTER's new columns are added
+        (a commit of its own, harmless since they are null until a batch writes them); a
+        dropped or retyped column rewrites the table (`_rewrite`)."""
+        stored = stored_struct(self.columns)
+        if not storage.exists(spark, storage.join(self.path, "_delta_log")):
+            schema = StructType([*stored.fields, *_bookkeeping().fields])
+            spark.createDataFrame([], schema).write.format("delta").mode("append").save(self.path)
+            return
+        present = {
+            f.name: f.dataType
+            for f in spark.read.format("delta").load(self.path).schema.fields
+            if f.name not in COORDINATES
         }
-        buckets = (
-            {}
-            if touched is None
-            else {b: where for b, where in manifest["buckets"].items() if b not in touched}
-        )
-        buckets.update(written)
-        self._write_manifest(
-            {
-                "version": version,
-                "buckets": buckets,
-                "truncated": truncated,
-                "schema": schema_json,
-                "key": self.key,
-                "bucket_count": self.buckets,
-            }
-        )
-        return version
+        wanted = {f.name: f.dataType for f in stored.fields}
+        if any(wanted.get(name, kind) != kind for name, kind in present.items()):
+            self._rewrite(spark, stored, sorted(set(present) - set(wanted)))
+            return
+        missing = [f for f in stored.fields if f.name not in present]
+        if missing:
+            added = ", ".join(f"{_q(f.name)} {f.dataType.simpleString()}" for f in missing)
+            spark.sql(f"ALTER TABLE {self.target} ADD COLUMNS ({added})")
 
-    def _bucket(self) -> Column:
-        return F.pmod(F.xxhash64(*[F.col(k) for k in self.key]), F.lit(self.buckets))
+    def _rewrite(self, spark: SparkSession, stored: StructType, dropped: list[str]) -> None:
+        """The table rewritten with the columns of `stored` in one commit (a dropped column
+        gone, a retyped one cast: null where its value does not fit the new type, as the
+        readers type such a value; a new one null), the coordinates kept. Delta's own type
+        widening covers a few widenings only; a DDL is rare enough to pay for a rewrite."""
+        current = spark.read.format("delta").load(self.path)
+        have = set(current.columns)
+        columns = [
+            (
+                F.col(_q(f.name)).try_cast(f.dataType)
+                if f.name in have
+                else F.lit(None).cast(f.dataType)
+            ).alias(f.name)
+            for f in stored.fields
+        ]
+        rewritten = current.select(*columns, *COORDINATES)
+        log.info("lake_table_rewritten", path=self.path, dropped=dropped, reason="columns changed")
+        rewritten.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
+            self.path
+        )
 
-    def _rows(self, changes: DataFrame, truncated: list[Any] | None) -> DataFrame:
-        """The batch as stored rows: per key its latest change (a delete too), after the
-        truncation point."""
+    def _latest(self, changes: DataFrame, truncated: Any) -> DataFrame:
+        """Per key its last change of the batch (after the batch's TRUNCATE, if any)."""
         rows = changes.filter(F.col("op").isin("c", "u", "r", "d"))
         if truncated is not None:
             rows = rows.filter(_coordinates("file", "pos", "row") > _point(truncated))
@@ -262,13 +170,9 @@ class LakeTable:
         image = F.when(deleted, F.col("before")).otherwise(F.col("after"))
         stored = rows.select(
             *[
-                (
-                    image[f.name]
-                    if f.name in self.key
-                    else F.when(deleted, F.lit(None)).otherwise(F.col("after")[f.name])
-                )
-                .try_cast(f.dataType)
-                .alias(f.name)
+                to_stored(
+                    image[f.name] if f.name in self.key else F.col("after")[f.name], f.dataType
+                ).alias(f.name)
                 for f in self.columns.fields
             ],
             F.col("file").alias(FILE),
@@ -276,15 +180,83 @@ class LakeTable:
             F.col("row").alias(ROW),
             deleted.alias(DELETED),
         )
-        return _latest_per_key(stored, self.key).withColumn(BUCKET, self._bucket())
+        return _latest_per_key(stored, self.key)
+
+    def apply(self, changes: DataFrame, through: Point | None = None) -> int | None:
+        """Fold one batch; the Delta version it committed (None: nothing to do). The commit
+        records the batch's lowest and highest coordinates and `through`, a position the
+        table is complete up to with this batch (replicad/spark/cut.py)."""
+        spark = changes.sparkSession  # foreachBatch's session: the view must live in it
+        changes = changes.persist()
+        try:
+            coordinates = _coordinates("file", "pos", "row")
+            bounds = changes.agg(
+                F.max(F.when(F.col("op") == "t", coordinates)).alias("t"),
+                F.min(coordinates).alias("low"),
+                F.max(coordinates).alias("high"),
+            ).first()
+            assert bounds is not None  # (an aggregate without grouping has one row)
+            truncated = None if bounds["t"] is None else tuple(bounds["t"])
+            latest = self._latest(changes, truncated).persist()
+            try:
+                if truncated is None and latest.isEmpty():
+                    return None
+                self._ensure(spark)
+                view = f"replicad_batch_{uuid.uuid4().hex}"
+                latest.createOrReplaceTempView(view)
+                # The session is the query's own (Spark clones one per streaming query), so
+                # the metadata goes on this MERGE's commit only, not on other tables'.
+                spark.conf.set(
+                    USER_METADATA, commit_metadata(through, bounds["low"], bounds["high"])
+                )
+                try:
+                    spark.sql(self._merge(view, truncated))
+                finally:
+                    spark.conf.unset(USER_METADATA)
+                    spark.catalog.dropTempView(view)
+            finally:
+                latest.unpersist()
+        finally:
+            changes.unpersist()
+        version = spark.sql(f"DESCRIBE HISTORY {self.target} LIMIT 1").first()
+        return None if version is None else int(version["version"])
+
+    def _merge(self, view: str, truncated: Any) -> str:
+        names = [f.name for f in self.columns.fields] + list(COORDINATES)
+        on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in self.key)
+        newer = _struct("s") + " > " + _struct("t")
+        sets = ", ".join(f"t.{_q(n)} = s.{_q(n)}" for n in names)
+        inserted = ", ".join(_q(n) for n in names)
+        values = ", ".join(f"s.{_q(n)}" for n in names)
+        statement = (
+            f"MERGE INTO {self.target} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.{DELETED} AND {newer} THEN DELETE "
+            f"WHEN MATCHED AND {newer} THEN UPDATE SET {sets} "
+            f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({inserted}) VALUES ({values})"
+        )
+        if truncated is not None:
+            file, pos, row = truncated
+            point = f"named_struct('f', {_literal(file)}, 'p', {int(pos)}L, 'r', {int(row)}L)"
+            statement += f" WHEN NOT MATCHED BY SOURCE AND {_struct('t')} <= {point} THEN DELETE"
+        return statement
 
 
-def read_lake_table(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame:
-    """A lake table's current rows, from its manifest alone."""
-    root = Path(path)
-    manifest_path = root / MANIFEST
-    if not manifest_path.exists():
-        raise LakeError("no version of the lake table yet", path=str(root))
-    manifest = json.loads(manifest_path.read_text())
-    columns = StructType.fromJson(json.loads(manifest["schema"]))
-    return LakeTable(spark, root, manifest["key"], columns).read()
+def _struct(alias: str) -> str:
+    return f"named_struct('f', {alias}.{FILE}, 'p', {alias}.{POS}, 'r', {alias}.{ROW})"
+
+
+def _literal(text: str) -> str:
+    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _bookkeeping() -> StructType:
+    return StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": FILE, "type": "string", "nullable": True, "metadata": {}},
+                {"name": POS, "type": "long", "nullable": True, "metadata": {}},
+                {"name": ROW, "type": "long", "nullable": True, "metadata": {}},
+            ],
+        }
+    )

@@ -4,8 +4,8 @@ Every MERGE of the materialize job writes new files and leaves the ones it repla
 table's directory, referenced only by older versions (time travel, `spark cut`). Per lake
 table, `OPTIMIZE` compacts the small files the micro-batches wrote into fewer large ones, and
 `VACUUM ... RETAIN n HOURS` deletes the files no version younger than `n` hours references:
-Delta's counterpart of the `replicad` format's delete-marker pruning (a MERGE deletes rows
-from the current version at once; VACUUM reclaims their bytes once no kept version needs them).
+what replaces the former lake format's delete-marker pruning (a MERGE deletes rows from the
+current version at once; VACUUM reclaims their bytes once no kept version needs them).
 Versions older than the retention can no longer be read afterwards.
 
 Both run beside the materialize job: Delta's optimistic concurrency lets them commit between
@@ -22,7 +22,6 @@ import structlog
 from pyspark.sql import SparkSession
 
 from replicad.config import Config
-from replicad.errors import ConfigError
 from replicad.spark import storage
 
 log = structlog.get_logger("replicad.spark")
@@ -49,11 +48,6 @@ def maintain(
 ) -> list[dict[str, Any]]:
     """OPTIMIZE (unless `optimize` is False) and VACUUM every Delta table of the lake; one
     report per table: files before and after, and the files VACUUM deleted."""
-    if config.spark.lake_format != "delta":
-        raise ConfigError(
-            "spark maintain works on Delta tables: set spark.lake_format: delta",
-            key="spark.lake_format",
-        )
     storage.local_only(config.spark.lake_path, "spark.lake_path", "maintain")
     reports = []
     for path in lake_tables(config.spark.lake_path):

@@ -42,16 +42,12 @@ def master_problem(master: str) -> str | None:
 
 def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     from replicad.spark import storage
-    from replicad.spark.delta_changes import DeltaChanges
     from replicad.spark.jobs import JOBS, Source
-    from replicad.spark.session import build_session
-    from replicad.spark.table_format import DeltaMaterialize, session_conf
+    from replicad.spark.session import build_session, lake_conf
 
-    delta = config.spark.lake_format == "delta"
-    delta_jobs = {"materialize": DeltaMaterialize, "changes": DeltaChanges}
     try:
         Source.of(config)  # a configuration the job cannot use fails before Spark starts
-        conf = storage.with_s3(session_conf(config) if delta else {}, config, job)
+        conf = storage.with_s3(lake_conf(config.spark), config)
     except ReplicadError as exc:
         print(f"replicad spark {job}: {exc}", file=sys.stderr)
         return exit_code(exc)
@@ -60,7 +56,7 @@ def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")  # Spark's own chatter; replicad logs the job
     try:
-        runner = (delta_jobs if delta else JOBS)[job](spark, config, once=once)
+        runner = JOBS[job](spark, config, once=once)
 
         def stop(signum: int, _frame: Any) -> None:
             log.info("stop_signal", signal=signal.Signals(signum).name)
@@ -88,15 +84,14 @@ def run_job(job: str, config: Config, *, master: str | None, once: bool) -> int:
 def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
     """`replicad spark verify`: every lake table `spark.tables` takes, compared with MySQL."""
     from replicad.spark.jobs import Source
-    from replicad.spark.session import build_session
-    from replicad.spark.table_format import session_conf
+    from replicad.spark.session import build_session, lake_conf
     from replicad.spark.verify import Verifier, jdbc_driver
 
     try:
         Source.of(config)
         password = config.source.resolve_password()
         driver = jdbc_driver(config, password)  # its jar must be there before Spark starts
-        lake_conf = session_conf(config)  # Delta's jars and extensions, for a Delta lake
+        delta = lake_conf(config.spark)  # Delta's jars and extensions
     except ReplicadError as exc:
         print(f"replicad spark verify: {exc}", file=sys.stderr)
         return exit_code(exc)
@@ -104,8 +99,8 @@ def run_verify(config: Config, *, master: str | None, as_json: bool) -> int:
         master or config.spark.master,
         f"replicad-verify-{config.pipeline}",
         conf={
-            **lake_conf,
-            "spark.jars": ",".join(filter(None, [lake_conf.get("spark.jars"), str(driver.jar)])),
+            **delta,
+            "spark.jars": ",".join([delta["spark.jars"], str(driver.jar)]),
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -138,11 +133,10 @@ def run_maintain(config: Config, *, master: str | None, retain_hours: float, opt
     """`replicad spark maintain`: OPTIMIZE and VACUUM every Delta table of the lake; prints a
     JSON report per table."""
     from replicad.spark.maintenance import maintain, session_settings
-    from replicad.spark.session import build_session
-    from replicad.spark.table_format import session_conf
+    from replicad.spark.session import build_session, lake_conf
 
     try:
-        conf = {**session_conf(config), **session_settings(retain_hours)}
+        conf = {**lake_conf(config.spark), **session_settings(retain_hours)}
     except ReplicadError as exc:
         print(f"replicad spark maintain: {exc}", file=sys.stderr)
         return exit_code(exc)

@@ -1,12 +1,57 @@
 """One place for the SparkSession replicad's jobs and tests use: local mode by default, UTC,
-no UI, the venv's interpreter on the workers, and replicad's data sources registered."""
+no UI, the venv's interpreter on the workers, replicad's data sources registered, and the
+jars of Delta Lake and Spark's Kafka source (`lake_conf`)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from replicad.config import SparkConfig
+from replicad.errors import ConfigError
+
+# The jars of scripts/spark/pom.xml the jobs load, by file name prefix.
+LAKE_JARS = (
+    "delta-spark_4.2_2.13-",
+    "delta-storage-",
+    "spark-sql-kafka-0-10_2.13-",
+    "spark-token-provider-kafka-0-10_2.13-",
+    "kafka-clients-",
+    "commons-pool2-",
+)
+
+
+def lake_jars(directory: str | None) -> list[Path]:
+    """The jars of Delta and Spark's Kafka source in `spark.lake_jars` (`bash
+    scripts/services.sh spark-jars` prints the directory); a missing one is a ConfigError
+    naming the key."""
+    if not directory:
+        raise ConfigError(
+            "the Spark jobs need spark.lake_jars: the directory `bash scripts/services.sh "
+            "spark-jars` fetches Delta Lake and spark-sql-kafka into",
+            key="spark.lake_jars",
+        )
+    found = []
+    for prefix in LAKE_JARS:
+        jars = sorted(Path(directory).glob(f"{prefix}*.jar"))
+        if not jars:
+            raise ConfigError(
+                f"no {prefix}*.jar in spark.lake_jars", key="spark.lake_jars", value=directory
+            )
+        found.append(jars[-1])
+    return found
+
+
+def lake_conf(settings: SparkConfig) -> dict[str, str]:
+    """The session settings of a job that reads or writes Delta tables or reads Kafka."""
+    return {
+        "spark.jars": ",".join(str(j) for j in lake_jars(settings.lake_jars)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
 
 
 def build_session(

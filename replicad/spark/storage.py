@@ -44,19 +44,12 @@ def join(base: str, *parts: str) -> str:
     return str(Path(base, *parts).resolve())
 
 
-def with_s3(conf: dict[str, str], config: Config, job: str) -> dict[str, str]:
+def with_s3(conf: dict[str, str], config: Config) -> dict[str, str]:
     """A job's session settings `conf` with S3A's jars and settings added when one of its
     paths is on S3; a path the job cannot use is a ConfigError naming its key."""
     spark = config.spark
     for key in ("lake_path", "checkpoint_path", "changes_path"):
         check_path(getattr(spark, key), f"spark.{key}")
-    if job == "materialize" and spark.lake_format != "delta" and is_remote(spark.lake_path):
-        raise ConfigError(
-            "replicad's own lake format is local only: an s3a:// lake needs "
-            "spark.lake_format: delta",
-            key="spark.lake_path",
-            value=spark.lake_path,
-        )
     if not uses_s3(config):
         return conf
     if not spark.lake_jars:

@@ -55,7 +55,7 @@ from replicad.spark.canonical import (
     spark_token,
 )
 from replicad.spark.kafka_source import ReplicadKafkaSource, Settings, topic_ranges
-from replicad.spark.lake import DELETED, FILE, POS
+from replicad.spark.lake import FILE, POS
 from replicad.spark.types import table_struct
 from replicad.spark.verified_lake import VerifiedLake
 
@@ -400,7 +400,7 @@ class Verifier:
         struct = table_struct(versions)
 
         def lake() -> DataFrame:  # the current version, read again each round
-            return self.lake.stored(self.spark, table, key_names, struct)
+            return self.lake.stored(self.spark, table, struct)
 
         db, _, name = table.partition(".")
         source_table = f"{quote_name(db)}.{quote_name(name)}"
@@ -417,10 +417,9 @@ class Verifier:
         report.position = {"file": after[0], "pos": after[1]}
         self.wait_for_lake(table, after, deadline)
         lake_rows = self._lake_rows(lake(), columns, key, partitioning)
-        live = lake_rows.filter(~F.col(DELETED))
         lake_sums = {
             int(r["_range"]): (int(r["n"]), int(r["s"] or 0))
-            for r in live.groupBy("_range")
+            for r in lake_rows.groupBy("_range")
             .agg(F.count(F.lit(1)).alias("n"), F.sum("_number").alias("s"))
             .collect()
         }
@@ -455,8 +454,9 @@ class Verifier:
             lake_rows = self._lake_rows(lake(), columns, key, partitioning).filter(
                 F.col("_range").isin(pending)
             )
-            absent_settle = self.lake.absent_keys_settle_at_once or report.rounds > 1
-            diff = self._diff(mysql_rows, lake_rows, columns, key, before, absent_settle)
+            # A key the lake lacks has no coordinates to say when it went: settled only
+            # when a second round finds it still missing.
+            diff = self._diff(mysql_rows, lake_rows, columns, key, before, report.rounds > 1)
             if again is not None:  # a key recorded in an earlier round is not looked at again
                 diff = diff.join(again, key_columns, "left_semi")
             diff = diff.persist()
@@ -560,7 +560,7 @@ class Verifier:
         key: list[dict[str, Any]],
         partitioning: Partitioning,
     ) -> DataFrame:
-        """Every key the lake knows (deleted ones too), with its range, tokens, hash and last
+        """Every key the lake holds, with its range, tokens, hash and last
         coordinates."""
         tokens = [
             spark_token(c, F.col(c["name"]), mariadb=self.mariadb).alias(f"_c{i}")
@@ -571,7 +571,6 @@ class Verifier:
             *tokens,
             F.col(FILE),
             F.col(POS),
-            F.col(DELETED),
         )
         row_hash = spark_row_hash([F.col(f"_c{i}") for i in range(len(columns))])
         return with_tokens.withColumn("_number", spark_hash_number(row_hash))
@@ -602,7 +601,7 @@ class Verifier:
             *[F.col(c).alias(f"l{c}") for c in others],
             F.col(FILE),
             F.col(POS),
-            (~F.col(DELETED)).alias("_in_lake"),
+            F.lit(True).alias("_in_lake"),
         )
         joined = mine.join(theirs, key_columns, "full_outer")
         in_mysql = F.coalesce(F.col("_in_mysql"), F.lit(False))

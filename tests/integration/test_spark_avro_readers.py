@@ -48,7 +48,8 @@ from tests.helpers.invalidate import (
 )
 from tests.helpers.kafka_helpers import Record, consume_all, create_topics
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
-from tests.integration.test_spark_open_lake import _jars, _materialize_once
+from tests.helpers.spark_jars import spark_jars_dir
+from tests.integration.test_spark_open_lake import _materialize_once
 
 # serial: two of its tests run Spark (scripts/test.sh runs test_spark_*.py beside the rest)
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
@@ -421,12 +422,12 @@ def test_the_delta_lake_of_an_avro_topic_equals_the_json_topics(
 ) -> None:
     conn, name = db
     published = _publish_and_copy(db, kafka, registry, tmp_path, without="tm")
-    jars = _jars()
+    jars = spark_jars_dir()
     lakes = {}
     for kind, extra in (("payload", ""), ("avro", f"schema_registry_url: '{registry}', ")):
         lake, checkpoints = tmp_path / f"lake-{kind}", tmp_path / f"checkpoints-{kind}"
         section = (
-            f"spark: {{{extra}lake_format: delta, lake_jars: '{jars}', lake_path: '{lake}', "
+            f"spark: {{{extra}lake_jars: '{jars}', lake_path: '{lake}', "
             f"checkpoint_path: '{checkpoints}'}}\n"
         )
         prefix = published.prefixes[kind]
@@ -474,7 +475,7 @@ def test_the_daemons_avro_topic_materializes_equal_to_select(db, kafka, registry
         extra_yaml=(
             "envelope: {values: debezium, format: avro, time_precision_mode: connect,"
             f" bigint_unsigned_handling_mode: precise, schema_registry: {{url: '{registry}'}}}}\n"
-            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
+            f"spark: {{lake_jars: '{spark_jars_dir()}', lake_path: '{lake}', "
             f"checkpoint_path: '{checkpoints}'}}\n"
         ),
     )

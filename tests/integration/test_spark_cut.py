@@ -28,7 +28,7 @@ import pytest
 from replicad.spark.cut import CutError, cut_lake, parse_position
 from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
-from tests.integration.test_spark_open_lake import _jars
+from tests.helpers.spark_jars import spark_jars_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
@@ -127,7 +127,7 @@ def test_every_cut_keeps_the_sum_and_equals_select_at_its_position(db, kafka, tm
         db=name,
         kafka_yaml="topics: {partitions: 2}",
         extra_yaml=(
-            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
+            f"spark: {{lake_jars: '{spark_jars_dir()}', lake_path: '{lake}', "
             f"checkpoint_path: '{tmp_path / 'ckpt'}', trigger_s: 1.0}}\n"
         ),
     )

@@ -1,7 +1,8 @@
-"""The Spark pipeline (issue 17) against real MariaDB, the Kafka-API broker and Spark local[2]:
-change topics read through `replicad-kafka` (replicad's Python data source; Spark's own Kafka
-source needs the spark-sql-kafka jars, which cannot be fetched on these machines, so it is not
-run here) and folded into lake tables that must equal `SELECT` of their source tables, typed.
+"""The lake fold (replicad/spark/lake.py) against real MariaDB, Apache Kafka and Spark
+local[2]: change topics read in batches through `replicad-kafka` and folded by MERGE into Delta
+lake tables that must equal `SELECT` of their source tables, typed; the archive reader over the
+same binlog files gives the same change rows. (The jobs' streaming reads through Spark's own
+Kafka source are tested by test_spark_materialize_job.py and test_spark_open_lake.py.)
 
 Oracle: PyMySQL's SELECT (its own Python types). The lake is never told a column type: the
 types come from the schema topic alone.
@@ -10,7 +11,6 @@ types come from the schema topic alone.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 import shutil
 import signal
@@ -24,11 +24,19 @@ from typing import Any
 
 import pymysql
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType, LongType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    DecimalType,
+    LongType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
+from replicad.spark.delta_types import from_stored
 from replicad.spark.kafka_source import ReplicadKafkaSource
-from replicad.spark.lake import MANIFEST, LakeTable, read_lake_table
+from replicad.spark.lake import LakeTable
 from replicad.spark.types import table_struct
 from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
@@ -76,16 +84,27 @@ def _selected(conn, db: str, table: str, key: tuple[str, ...]) -> dict[tuple, di
         }
 
 
-def _lake(spark, path, key: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
-    rows = [r.asDict(recursive=True) for r in read_lake_table(spark, path).collect()]
+def _read(spark, path: Path, columns: StructType) -> DataFrame:
+    """The Delta table's rows as the source table's columns (TIME back from microseconds)."""
+    stored = spark.read.format("delta").load(str(path))
+    return stored.select(
+        *[from_stored(F.col(f"`{f.name}`"), f.dataType).alias(f.name) for f in columns.fields]
+    )
+
+
+def _lake(spark, path, key: tuple[str, ...], columns: StructType) -> dict[tuple, dict[str, Any]]:
+    rows = [r.asDict(recursive=True) for r in _read(spark, path, columns).collect()]
     return {
         tuple(row[k] for k in key): {c: _lake_value(c, v) for c, v in row.items()} for row in rows
     }
 
 
-def _materialize(spark, kafka: str, prefix: str, db: str, table: str, lake, after=None) -> Any:
-    """Read the table's topic in one batch and apply it (only the offsets after `after`, a
-    {partition: offset} of a previous read, when given); returns the changes read."""
+def _materialize(
+    spark, kafka: str, prefix: str, db: str, table: str, lake: Path, after=None
+) -> tuple[DataFrame, StructType, int | None]:
+    """Read the table's topic in one batch and fold it (only the offsets after `after`, a
+    {partition: offset} of a previous read, when given): the changes read, the table's
+    columns and the Delta version the batch committed."""
     options = {"kafka.bootstrap.servers": kafka, "prefix": prefix, "table": f"{db}.{table}"}
     versions = ReplicadKafkaSource(options).versions  # the table's columns and key now
     changes = spark.read.format("replicad-kafka").options(**options).load().cache()
@@ -93,10 +112,9 @@ def _materialize(spark, kafka: str, prefix: str, db: str, table: str, lake, afte
     if after:
         newer = [(F.col("partition") == p) & (F.col("offset") > o) for p, o in after.items()]
         batch = changes.filter(reduce(lambda a, b: a | b, newer))
-    LakeTable(spark, lake, versions[-1].primary_key, table_struct(versions), buckets=64).apply(
-        batch
-    )
-    return changes
+    columns = table_struct(versions)
+    version = LakeTable(str(lake), versions[-1].primary_key, columns).apply(batch)
+    return changes, columns, version
 
 
 def _last_offsets(changes) -> dict[int, int]:
@@ -142,9 +160,9 @@ CHANGE_COLUMNS = [
 
 def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tmp_path) -> None:
     """Every column type, a composite key with key changes, deletes, a 50k-row transaction,
-    an ALTER mid-stream, a TRUNCATE, and a SIGKILLed replicad whose restart sends changes
-    again: each lake table equals SELECT of its table, and a second version replaces the
-    first atomically."""
+    an ALTER mid-stream (a column added, one dropped, three retyped), a TRUNCATE, and a
+    SIGKILLed replicad whose restart sends changes again: each lake table equals SELECT of its
+    table; a later batch is one Delta commit, and the same batch again changes nothing."""
     conn, name = db
     rng = random.Random(17)
     prefix = f"k{uuid.uuid4().hex[:8]}"
@@ -205,7 +223,9 @@ def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tm
     archive = _archive(Path(mariadb["binlog_dir"]), first_file, last_file, tmp_path / "binlogs")
     lakes = tmp_path / "lake"
     for table, key in (("t", ("id",)), ("items", ("order_id", "line")), ("big", ("id",))):
-        changes = _materialize(spark, kafka, prefix, name, table, lakes / table)
+        if table == "t":  # the table as it was before the ALTER: the ALTER rewrites it
+            before_alter = _first_version(spark, kafka, prefix, name, lakes / table)
+        changes, columns, _ = _materialize(spark, kafka, prefix, name, table, lakes / table)
         # The archive reader over the same binlog files gives the same change rows (the
         # topic's repeats after the SIGKILL aside).
         archived = (
@@ -218,19 +238,21 @@ def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tm
         assert archived.count() == streamed.count() > 0, table
         assert archived.exceptAll(streamed).count() == 0, table
         assert streamed.exceptAll(archived).count() == 0, table
-        assert _lake(spark, lakes / table, key) == _selected(conn, name, table, key), table
+        lake = _lake(spark, lakes / table, key, columns)
+        assert lake == _selected(conn, name, table, key), table
         if table == "t":
-            types = {f.name: f.dataType for f in read_lake_table(spark, lakes / "t").schema}
+            types = {
+                f.name: f.dataType for f in spark.read.format("delta").load(str(lakes / "t")).schema
+            }
             assert types["de"] == DecimalType(30, 10) and types["si"] == LongType()
             assert types["dt6"] == TimestampNTZType() and types["ts3"] == TimestampType()
             assert types["bu"] == DecimalType(20, 0) and "tx" not in types
+            assert before_alter["si"] != LongType() and "tx" in before_alter
             assert changes.filter("op = 'd'").count() >= 3
         if table == "big":
             assert changes.count() >= 50_000 + 50 + 10
 
-    # A second batch of only the newer changes rewrites only the buckets their keys fall in;
-    # the manifest switches to the new version, the untouched buckets stay where they were.
-    before = json.loads((lakes / "big" / MANIFEST).read_text())
+    # A second batch of only the newer changes is one MERGE commit.
     offsets = _last_offsets(changes)
     replicad.start()
     with conn.cursor() as cur:
@@ -239,18 +261,31 @@ def test_lake_tables_equal_the_source_tables_typed(db, kafka, spark, mariadb, tm
     conn.commit()
     wait_caught_up(replicad)
     assert replicad.stop() == 0
-    # A batch that died after writing its version, before the manifest switch, left this:
-    orphan = lakes / "big" / f"v{before['version'] + 1:08d}"
-    orphan.mkdir()
-    _materialize(spark, kafka, prefix, name, "big", lakes / "big", after=offsets)
-    after = json.loads((lakes / "big" / MANIFEST).read_text())
-    assert after["version"] == before["version"] + 2 and not orphan.exists()
-    rewritten = {b for b, where in after["buckets"].items() if where != before["buckets"].get(b)}
-    assert 0 < len(rewritten) <= 20 < len(after["buckets"])  # 20 keys, 64 buckets
-    lake = _lake(spark, lakes / "big", ("id",))
+    first = _history(spark, lakes / "big")
+    _, columns, version = _materialize(spark, kafka, prefix, name, "big", lakes / "big", offsets)
+    assert version == first[0]["version"] + 1
+    assert _history(spark, lakes / "big")[0]["operation"] == "MERGE"
+    lake = _lake(spark, lakes / "big", ("id",), columns)
     assert lake == _selected(conn, name, "big", ("id",))
     assert lake[(1,)]["note"] == "second" and (15,) not in lake
     assert isinstance(lake[(1,)]["v"], int) and not isinstance(lake[(1,)]["v"], Decimal)
     # The same batch again (a micro-batch replayed after a crash) changes nothing.
     _materialize(spark, kafka, prefix, name, "big", lakes / "big", after=offsets)
-    assert _lake(spark, lakes / "big", ("id",)) == lake
+    assert _lake(spark, lakes / "big", ("id",), columns) == lake
+
+
+def _history(spark, path: Path) -> list[dict[str, Any]]:
+    """The Delta table's commits, newest first."""
+    return [r.asDict() for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()]
+
+
+def _first_version(spark, kafka: str, prefix: str, db: str, lake: Path) -> dict[str, Any]:
+    """The Delta table's column types after only the changes before the ALTER (the topic's
+    first schema version) were folded."""
+    options = {"kafka.bootstrap.servers": kafka, "prefix": prefix, "table": f"{db}.t"}
+    versions = ReplicadKafkaSource(options).versions
+    first = versions[0].version
+    changes = spark.read.format("replicad-kafka").options(**options).load()
+    batch = changes.filter(F.col("schema_version") == first)
+    LakeTable(str(lake), versions[0].primary_key, table_struct(versions[:1])).apply(batch)
+    return {f.name: f.dataType for f in spark.read.format("delta").load(str(lake)).schema}

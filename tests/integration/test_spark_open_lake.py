@@ -26,27 +26,12 @@ import pytest
 
 from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
+from tests.helpers.spark_jars import spark_jars_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 COLUMNS = "id, v, note, amt, at, big, raw, tm"
 BOOKKEEPING = {"_replicad_file", "_replicad_pos", "_replicad_row"}
-
-
-def _jars() -> str:
-    """The directory of scripts/spark/pom.xml's jars: SPARK_JARS_DIR when it names one
-    fetched already, else fetched (a no-op once fetched)."""
-    given = os.environ.get("SPARK_JARS_DIR")
-    if given:
-        return given
-    fetched = subprocess.run(
-        ["bash", str(ROOT / "scripts/services.sh"), "spark-jars"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert fetched.returncode == 0, fetched.stderr[-2000:]
-    return fetched.stdout.strip().splitlines()[-1]
 
 
 def _selected(conn: pymysql.connections.Connection, db: str) -> dict[int, dict[str, Any]]:
@@ -130,7 +115,7 @@ def _acc_pipeline(
         db=name,
         kafka_yaml="topics: {partitions: 3}",
         extra_yaml=(
-            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', lake_path: '{lake}', "
+            f"spark: {{lake_jars: '{spark_jars_dir()}', lake_path: '{lake}', "
             f"checkpoint_path: '{checkpoints}'{spark_yaml}}}\n"
         ),
     )
@@ -210,7 +195,7 @@ def test_records_removed_while_the_job_was_down_fail_the_query(db, kafka, tmp_pa
         kafka=kafka,
         db=name,
         extra_yaml=(
-            f"spark: {{lake_format: delta, lake_jars: '{_jars()}', "
+            f"spark: {{lake_jars: '{spark_jars_dir()}', "
             f"lake_path: '{tmp_path / 'lake'}', checkpoint_path: '{tmp_path / 'ckpt'}'}}\n"
         ),
     )
@@ -332,3 +317,27 @@ def test_maintain_compacts_and_vacuums_the_delta_tables(db, kafka, tmp_path) -> 
         DeltaTable(str(path), version=1).to_pyarrow_table()
     refused = _spark_cli(replicad.config, log, "maintain", "--retain-hours", "-1")
     assert refused.returncode == 64
+
+
+def test_a_lake_table_of_the_former_format_is_refused_not_overwritten(db, kafka, tmp_path) -> None:
+    """replicad's former lake format (Parquet buckets and a `_manifest.json`): the job exits
+    78 naming the table's path and the migration note, and writes no Delta log beside it."""
+    conn, name = db
+    replicad, path = _acc_pipeline(conn, name, kafka, tmp_path, 7399)
+    former = Path(path)
+    former.mkdir(parents=True)
+    (former / "_manifest.json").write_text('{"version": 3}')
+    log = tmp_path / "spark.log"
+    try:
+        with conn.cursor() as cur:
+            _insert(cur, range(1, 4), "f")
+        conn.commit()
+        wait_caught_up(replicad)
+        result = _spark_cli(replicad.config, log, "materialize", "--master", "local[1]", "--once")
+    finally:
+        assert replicad.stop() == 0
+    error = result.stderr.decode(errors="replace")
+    assert result.returncode == 78, error[-3000:]
+    assert "former lake format" in error and str(former) in error, error[-3000:]
+    assert not (former / "_delta_log").exists()
+    assert sorted(p.name for p in former.iterdir()) == ["_manifest.json"]

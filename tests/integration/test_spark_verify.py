@@ -28,6 +28,7 @@ from tests.helpers.all_types import ALL_TYPES, COLUMNS, insert_random
 from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad, wait_caught_up
 from tests.helpers.mariadb import connect_root
+from tests.helpers.spark_jars import spark_jars_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
@@ -107,7 +108,8 @@ def test_verify_reports_exactly_the_rows_changed_behind_the_pipelines_back(
         extra_yaml=(
             "snapshot: {mode: initial, chunk_rows: 100}\n"
             f"filters: {{include: ['{name}\\.(t|k)']}}\n"
-            f"spark: {{lake_path: '{lake}', checkpoint_path: '{checkpoints}', buckets: 4, "
+            f"spark: {{lake_path: '{lake}', checkpoint_path: '{checkpoints}', "
+            f"lake_jars: '{spark_jars_dir()}', "
             f"tables: '{name}\\.(t|k)', verify_ranges: 6, trigger_s: 0.5, discover_s: 1.0, "
             "verify_timeout_s: 120, verify_rounds: 2}\n"
         ),

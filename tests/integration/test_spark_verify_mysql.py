@@ -35,6 +35,7 @@ from tests.helpers.all_types import ALL_TYPES, COLUMNS, random_literal
 from tests.helpers.daemon_process import ROOT
 from tests.helpers.kafka_run import KafkaReplicad
 from tests.helpers.mysql import MYSQL_PORT, connect_root, mysql, mysql_db  # noqa: F401
+from tests.helpers.spark_jars import spark_jars_dir
 from tests.integration.test_mysql_snapshots import _wait_caught_up
 from tests.integration.test_spark_verify import _by_kind, _float_bits
 
@@ -221,7 +222,8 @@ def test_verify_of_mysql_reports_exactly_the_rows_changed_behind_the_pipelines_b
         db=name,
         start="{gtid: '" + start.replace("\n", "") + "'}",  # the tables' whole history
         extra_yaml=(
-            f"spark: {{lake_path: '{lake}', checkpoint_path: '{checkpoints}', buckets: 4, "
+            f"spark: {{lake_path: '{lake}', checkpoint_path: '{checkpoints}', "
+            f"lake_jars: '{spark_jars_dir()}', "
             f"tables: '{name}\\.(t|k)', verify_ranges: 6, discover_s: 1.0, "
             f"verify_timeout_s: 120, verify_rounds: 2, "
             f"mysql_jdbc_driver_jar: '{jar}'}}\n"

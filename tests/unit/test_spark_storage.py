@@ -34,19 +34,18 @@ def test_join_keeps_uris_and_makes_local_paths_absolute(tmp_path: Path) -> None:
 
 def test_local_paths_get_nothing_added(tmp_path: Path) -> None:
     conf = {"spark.jars": "/d.jar"}
-    assert storage.with_s3(conf, _config(lake_path=str(tmp_path)), "materialize") == conf
+    assert storage.with_s3(conf, _config(lake_path=str(tmp_path))) == conf
 
 
 def test_an_s3a_lake_gets_the_s3a_settings_and_jars(tmp_path: Path) -> None:
     jars = _jars(tmp_path, "hadoop-aws-3.5.0.jar", "s3-2.35.4.jar")
     config = _config(
-        lake_format="delta",
         lake_jars=jars,
         lake_path="s3a://b/lake",
         checkpoint_path="s3a://b/ckpt",
         s3={"endpoint": "http://127.0.0.1:9010", "path_style_access": True},
     )
-    conf = storage.with_s3({"spark.jars": "/d.jar"}, config, "materialize")
+    conf = storage.with_s3({"spark.jars": "/d.jar"}, config)
     assert conf["spark.jars"].split(",") == [
         "/d.jar",
         f"{jars}/s3/hadoop-aws-3.5.0.jar",
@@ -59,25 +58,24 @@ def test_an_s3a_lake_gets_the_s3a_settings_and_jars(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("spark", "job", "key", "fragment"),
+    ("spark", "key", "fragment"),
     [
-        ({"lake_path": "s3://b/lake"}, "materialize", "spark.lake_path", "s3a://"),
-        ({"checkpoint_path": "gs://b/c"}, "changes", "spark.checkpoint_path", "s3a://"),
-        ({"lake_path": "s3a://b/lake"}, "materialize", "spark.lake_path", "local only"),
-        ({"changes_path": "s3a://b/c"}, "changes", "spark.lake_jars", "spark-jars"),
+        ({"lake_path": "s3://b/lake"}, "spark.lake_path", "s3a://"),
+        ({"checkpoint_path": "gs://b/c"}, "spark.checkpoint_path", "s3a://"),
+        ({"changes_path": "s3a://b/c"}, "spark.lake_jars", "spark-jars"),
     ],
 )
-def test_refused_before_spark_starts(spark: dict, job: str, key: str, fragment: str) -> None:
+def test_refused_before_spark_starts(spark: dict, key: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment) as caught:
-        storage.with_s3({}, _config(**spark), job)
+        storage.with_s3({}, _config(**spark))
     assert caught.value.context["key"] == key
 
 
 def test_an_s3a_path_without_hadoop_aws_names_the_directory(tmp_path: Path) -> None:
     jars = _jars(tmp_path, "s3-2.35.4.jar")
-    config = _config(lake_format="delta", lake_jars=jars, lake_path="s3a://b/lake")
+    config = _config(lake_jars=jars, lake_path="s3a://b/lake")
     with pytest.raises(ConfigError, match="hadoop-aws"):
-        storage.with_s3({}, config, "materialize")
+        storage.with_s3({}, config)
 
 
 def test_commands_that_read_lake_files_refuse_s3() -> None:
