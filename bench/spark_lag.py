@@ -1,4 +1,4 @@
-"""`replicad spark materialize` lag: from a commit on MariaDB to the row visible in the lake
+"""`replicad spark materialize` lag: from a commit on MariaDB to the row visible in the Delta lake
 table, at an offered load, in one run on this machine.
 
 Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Kafka
@@ -6,9 +6,9 @@ Pieces: the local MariaDB (scripts/services.sh), a private single-node Apache Ka
 run` publishing to it, and `replicad spark materialize` (local[2], `spark.trigger_s` 1) keeping
 two lake tables: `load`, written at `--rate` rows/s (transactions of 100 rows), and `probe`,
 one row updated every 0.25 s with its commit time (UTC, to the microsecond). This process reads
-the probe table's current Parquet files (its manifest, with pyarrow: no Spark session here)
-every 50 ms; each probe value's lag is the time it was first seen minus the time it was
-committed. The job's own batch durations come from its log.
+the probe table's current Delta version (delta-rs: no Spark session here) every 50 ms; each
+probe value's lag is the time it was first seen minus the time it was committed. The job's own
+batch durations come from its log. The jars come from `scripts/services.sh spark-jars`.
 
     python3 bench/spark_lag.py [--rate 5000] [--seconds 60]
 """
@@ -20,19 +20,21 @@ import datetime as dt
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness.daemons import Daemons, config_head, start_load
 from bench.harness.kafka_broker import PrivateKafka
 from bench.harness.mariadb import connect, prepare_load_database
+from bench.harness.paths import ROOT
 from bench.harness.tables import grid, percentiles
 
 DB = "bench_spark_lag"
@@ -54,16 +56,26 @@ def prober(stop: threading.Event, probes: dict[str, float]) -> None:
 
 def seen_probe(lake: Path) -> str | None:
     """The probe row's `at` in the lake table's current version (None: not there yet)."""
+    if not (lake / "_delta_log").is_dir():
+        return None
     try:
-        manifest = json.loads((lake / "_manifest.json").read_text())
-        for where in manifest["buckets"].values():
-            for file in (lake / where).glob("*.parquet"):
-                for row in pq.read_table(file).to_pylist():
-                    if row["id"] == 1 and not row["_replicad_deleted"] and row["at"] is not None:
-                        return row["at"].isoformat()
-    except (OSError, ValueError, KeyError):
-        return None  # a version switched while being read: the next poll sees the new one
+        rows = DeltaTable(str(lake)).to_pyarrow_table(columns=["id", "at"]).to_pylist()
+    except (OSError, ValueError):
+        return None  # a commit being written: the next poll sees it
+    for row in rows:
+        if row["id"] == 1 and row["at"] is not None:
+            return str(row["at"].isoformat())
     return None
+
+
+def spark_jars() -> str:
+    fetched = subprocess.run(
+        ["bash", str(ROOT / "scripts/services.sh"), "spark-jars"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return fetched.stdout.strip().splitlines()[-1]
 
 
 def write_config(work: Path, bootstrap: str) -> Path:
@@ -71,7 +83,7 @@ def write_config(work: Path, bootstrap: str) -> Path:
     config.write_text(
         config_head("lag", 7995, bootstrap, work, DB)
         + f"spark: {{lake_path: {work / 'lake'}, checkpoint_path: {work / 'ckpt'}, "
-        "trigger_s: 1.0, discover_s: 2.0, buckets: 16}\n"
+        f"lake_jars: {spark_jars()}, trigger_s: 1.0, discover_s: 2.0}}\n"
         "log: {format: json, level: info}\n"
     )
     return config

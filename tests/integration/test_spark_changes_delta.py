@@ -1,4 +1,4 @@
-"""`replicad spark changes` with `spark.lake_format: delta`: every change of the table, read
+"""`replicad spark changes`: every change of the table, read
 by Spark's Kafka source, appended once to a Delta table partitioned by commit date; read by
 delta-rs without Spark or replicad. The oracle is the workload itself (how many rows each
 statement changed) and the topic (every record once, by its offset), across two runs, an

@@ -1,4 +1,4 @@
-"""Lake tables in Delta Lake (`spark.lake_format: delta`, replicad/spark/table_format.py):
+"""Lake tables in Delta Lake (replicad/spark/lake.py, kafka_changes.py):
 `replicad spark materialize --once` reads the change topic with Spark's own Kafka source
 (spark-sql-kafka-0-10, fetched by `scripts/services.sh spark-jars`) and folds each micro-batch
 with one MERGE INTO. The oracle is MariaDB's SELECT; the lake is read by a second engine
@@ -171,7 +171,7 @@ def test_the_delta_lake_equals_select_read_by_delta_rs(db, kafka, tmp_path) -> N
         expected = _selected(conn, name)
         assert len(expected) == 35
         assert _delta_rows(path) == expected
-        assert log.read_text(errors="replace").count('"format": "delta"') >= 3
+        assert log.read_text(errors="replace").count('"event": "lake_batch_applied"') >= 3
     finally:
         assert replicad.stop() == 0
 

@@ -1,4 +1,4 @@
-"""`replicad spark verify` on a Delta lake (`spark.lake_format: delta`): the lake built by
+"""`replicad spark verify` on a Delta lake: the lake built by
 `materialize --once` with Spark's Kafka source, compared with MariaDB through JDBC. The oracle
 is what the test changed behind the pipeline's back with `sql_log_bin=0`: exactly those keys
 and columns are reported, and no other.
