@@ -10,7 +10,7 @@ the probe table's current Delta version (delta-rs: no Spark session here) every 
 probe value's lag is the time it was first seen minus the time it was committed. The job's own
 batch durations come from its log. The jars come from `scripts/services.sh spark-jars`.
 
-    python3 bench/spark_lag.py [--rate 5000] [--seconds 60]
+    python3 bench/spark_lag.py [--rate 5000] [--seconds 60] [--session-conf '{"k": "v"}']
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,8 +61,8 @@ def seen_probe(lake: Path) -> str | None:
         return None
     try:
         rows = DeltaTable(str(lake)).to_pyarrow_table(columns=["id", "at"]).to_pylist()
-    except (OSError, ValueError):
-        return None  # a commit being written: the next poll sees it
+    except (OSError, ValueError, DeltaError):
+        return None  # the table being created: the next poll sees it
     for row in rows:
         if row["id"] == 1 and row["at"] is not None:
             return str(row["at"].isoformat())
@@ -78,12 +79,13 @@ def spark_jars() -> str:
     return fetched.stdout.strip().splitlines()[-1]
 
 
-def write_config(work: Path, bootstrap: str) -> Path:
+def write_config(work: Path, bootstrap: str, session_conf: dict[str, str]) -> Path:
     config = work / "config.yaml"
     config.write_text(
         config_head("lag", 7995, bootstrap, work, DB)
         + f"spark: {{lake_path: {work / 'lake'}, checkpoint_path: {work / 'ckpt'}, "
-        f"lake_jars: {spark_jars()}, trigger_s: 1.0, discover_s: 2.0}}\n"
+        f"lake_jars: {spark_jars()}, trigger_s: 1.0, discover_s: 2.0, "
+        f"session_conf: {json.dumps(session_conf)}}}\n"
         "log: {format: json, level: info}\n"
     )
     return config
@@ -150,12 +152,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--session-conf", type=json.loads, default={}, help="spark.session_conf, as JSON"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-lag-"))
     broker = PrivateKafka(work / "kafka")
     bootstrap = broker.start()
     prepare_load_database(DB, "id INT PRIMARY KEY, at DATETIME(6)", "1, UTC_TIMESTAMP(6)")
-    config = write_config(work, bootstrap)
+    config = write_config(work, bootstrap, args.session_conf)
     daemons = Daemons(work, {"PYSPARK_PYTHON": sys.executable})
     try:
         daemons.start("replicad", ["run", "-c", str(config)])

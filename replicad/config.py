@@ -797,6 +797,9 @@ class SparkConfig(_Strict):
     # spark-jars` prints the directory; no default: where they live is the installation's).
     lake_format: Literal["delta"] = "delta"
     lake_jars: str | None = None
+    # Spark session settings over replicad's (session.lake_conf), e.g. a larger
+    # spark.databricks.delta.snapshotPartitions for lake tables of very many files on a cluster
+    session_conf: dict[str, str] = {}
     s3: SparkS3Config = SparkS3Config()
     # verify: the source's tables through Spark's JDBC source, as the source's user, with
     # MariaDB Connector/J or MySQL Connector/J; `auto`: the one of the server's kind.

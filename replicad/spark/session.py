@@ -46,11 +46,18 @@ def lake_jars(directory: str | None) -> list[Path]:
 
 
 def lake_conf(settings: SparkConfig) -> dict[str, str]:
-    """The session settings of a job that reads or writes Delta tables or reads Kafka."""
+    """The session settings of a job that reads or writes Delta tables or reads Kafka, with
+    `spark.session_conf` over them."""
     return {
         "spark.jars": ",".join(str(j) for j in lake_jars(settings.lake_jars)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # The partitions Delta rebuilds a table's state in after each commit (50 by default,
+        # sized for logs of very many files): on the lake's small logs each MERGE paid for 50
+        # tasks; 2 halved its time on local[2] (4.4 s -> 2.0 s per batch, 1k keys into 200k
+        # rows, docs/spark.md "Lake tables").
+        "spark.databricks.delta.snapshotPartitions": "2",
+        **settings.session_conf,
     }
 
 
