@@ -40,6 +40,7 @@ from tests.helpers.http import http_get
 from tests.helpers.invalidate import PrivateRedis, committed, topic_ends
 from tests.helpers.kafka_helpers import consume_all
 from tests.helpers.mariadb import MARIADB_PORT, connect_root
+from tests.helpers.spark_jars import spark_jars_dir
 from tests.unit.test_deploy import replicad_services
 
 pytestmark = pytest.mark.integration
@@ -201,6 +202,7 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         "REPLICAD_SPARK__LAKE_PATH": str(tmp_path / "lake"),
         "REPLICAD_SPARK__CHANGES_PATH": str(tmp_path / "changes"),
         "REPLICAD_SPARK__CHECKPOINT_PATH": str(tmp_path / "spark-checkpoints"),
+        "REPLICAD_SPARK__LAKE_JARS": spark_jars_dir(),  # the image's /opt/replicad/spark-jars
         "PYSPARK_PYTHON": sys.executable,
     }
     workers = {
@@ -334,6 +336,7 @@ def test_compose_configs_run_the_pipeline_fail_over_and_stop(
         result = materialize.run(timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
         for table in ("customers", "orders"):
-            assert list((tmp_path / "lake" / "shop" / table).rglob("*.parquet")), table
+            lake = tmp_path / "lake" / "shop" / table
+            assert (lake / "_delta_log").is_dir() and list(lake.glob("*.parquet")), table
     finally:
         cache.down()

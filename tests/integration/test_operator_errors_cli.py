@@ -92,6 +92,26 @@ def test_spark_with_a_nonsense_master_exits_64_naming_master(tmp_path: Path) -> 
     assert time.monotonic() - started < 20  # no JVM was started
 
 
+def test_spark_without_its_jars_exits_78_naming_lake_jars(tmp_path: Path) -> None:
+    started = time.monotonic()
+    config = write(
+        tmp_path,
+        "c.yaml",
+        f"sinks:\n  kafka:\n    bootstrap_servers: '127.0.0.1:{closed_port()}'\n",
+    )
+    proc = run("spark", "materialize", "-c", config, "--master", "local[1]", cwd=tmp_path)
+    line = one_line(proc, 78, "replicad spark materialize: ")
+    assert "key=spark.lake_jars" in line and "spark-jars" in line
+    assert time.monotonic() - started < 20  # no JVM was started
+
+
+def test_a_config_of_the_former_lake_format_exits_78_naming_the_migration(tmp_path: Path) -> None:
+    config = write(tmp_path, "c.yaml", "spark:\n  buckets: 16\n")
+    proc = run("spark", "materialize", "-c", config, "--master", "local[1]", cwd=tmp_path)
+    line = one_line(proc, 78, "replicad spark materialize: ")
+    assert "key=spark.buckets" in line and "Migrating from replicad's former lake format" in line
+
+
 def test_a_bad_regex_in_spark_tables_exits_78_at_load_naming_the_key(tmp_path: Path) -> None:
     config = write(tmp_path, "c.yaml", "spark:\n  tables: 'shop\\.(orders'\n")
     proc = run("spark", "materialize", "-c", config, "--master", "local[1]", cwd=tmp_path)
