@@ -142,15 +142,8 @@ def _insert_rows(cur, rng: random.Random, ids: range) -> None:
 
 
 def _connector_j() -> Path:
-    """MySQL Connector/J's jar, fetched if missing (a no-op once fetched)."""
-    fetched = subprocess.run(
-        ["bash", str(ROOT / "scripts/services.sh"), "spark-jars"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert fetched.returncode == 0, fetched.stderr[-2000:]
-    jars = sorted(Path(fetched.stdout.strip()).glob("mysql-connector-j-*.jar"))
+    """MySQL Connector/J's jar, fetched with the Spark jobs' jars if missing."""
+    jars = sorted(Path(spark_jars_dir()).glob("mysql-connector-j-*.jar"))
     assert len(jars) == 1, jars
     return jars[0]
 
