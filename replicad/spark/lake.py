@@ -132,7 +132,7 @@ class LakeTable:
             if f.name not in COORDINATES
         }
         wanted = {f.name: f.dataType for f in stored.fields}
-        if any(wanted.get(name, kind) != kind for name, kind in present.items()):
+        if any(wanted.get(name) != kind for name, kind in present.items()):
             self._rewrite(spark, stored, sorted(set(present) - set(wanted)))
             return
         missing = [f for f in stored.fields if f.name not in present]

@@ -107,6 +107,12 @@ def _lake(path: Path) -> dict[int, dict] | None:
     return {r["id"]: {k: v for k, v in r.items() if not k.startswith("_replicad_")} for r in rows}
 
 
+def _columns(path: Path) -> list[str]:
+    from deltalake import DeltaTable
+
+    return [f.name for f in DeltaTable(str(path)).schema().fields]
+
+
 def test_the_materialize_job_keeps_the_lake_table_equal_through_kills_and_an_alter(
     db, kafka, tmp_path
 ) -> None:
@@ -155,16 +161,25 @@ def _run(conn, name, replicad, writer, job, lake_root) -> None:
     # A DDL while the job runs: the query meets a schema version it was not started with and
     # is started again with the new row struct.
     with conn.cursor() as cur:
-        cur.execute("ALTER TABLE acc ADD COLUMN extra INT NULL")  # default NULL: no refill
-        cur.execute("UPDATE acc SET extra = id % 7 WHERE id % 3 = 0")
+        # default NULL: no refill
+        cur.execute("ALTER TABLE acc ADD COLUMN extra INT NULL, ADD COLUMN gone INT NULL")
+        cur.execute("UPDATE acc SET extra = id % 7, gone = 1 WHERE id % 3 = 0")
     conn.commit()
     wait_for(lambda: job.count("lake_query_restarted") >= 1, 120, "the query restarted")
+    # A column dropped once the lake table has it: the table is rewritten without it.
+    wait_for(lambda: "gone" in _columns(lake_root / name / "acc"), 120, "`gone` in the lake")
+    with conn.cursor() as cur:
+        cur.execute("ALTER TABLE acc DROP COLUMN gone")
+        cur.execute("UPDATE acc SET extra = 0 WHERE id % 5 = 0")
+    conn.commit()
+    wait_for(lambda: job.count("lake_query_restarted") >= 2, 120, "the query restarted again")
     assert writer.stop() > 0
     wait_caught_up(replicad, timeout=120)
     assert replicad.stop() == 0
     expected = _selected(conn, name)
     path = lake_root / name / "acc"
     wait_for(lambda: _lake(path) == expected, 240, "the lake table to equal SELECT")
+    assert job.count("lake_table_rewritten") >= 1  # the DROP COLUMN, not ADD COLUMNS
     job.proc.send_signal(signal.SIGTERM)
     assert job.proc.wait(60) == 0, job.log.read_text()[-3000:]
     assert "extra" in next(iter((_lake(path) or {0: {}}).values()))
