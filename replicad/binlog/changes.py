@@ -144,6 +144,53 @@ class EventRows:
         )
 
 
+@dataclass(slots=True)
+class ReadRows:
+    """Rows a snapshot read with SELECT (op "r"), as the server's text-protocol row packets,
+    not yet parsed: a consumer that encodes them at once takes them whole (the compiled read
+    path, `sinks/read_envelope.py`); `changes()` parses them one by one instead. Every row
+    carries the marker `snapshot`; they are numbered from `first_row` at (file, pos): the
+    snapshot's position, so that `(file, pos, row, op)` stays unique per table."""
+
+    schema: TableDescription  # the columns, in the order of the SELECT's values
+    primary_key: tuple[str, ...]
+    packets: list[bytes]
+    # A packet -> the row as the binlog decoders give it (the snapshot's parser); per column,
+    # the text of a non-NULL value -> that value.
+    parse: Callable[[bytes], dict[str, Any]]
+    parsers: tuple[Callable[[bytes], Any], ...]
+    file: str | None
+    pos: int | None
+    server_id: int
+    ts_ms: int
+    first_row: int
+    snapshot: str = "true"
+
+    def change(self, row: dict[str, Any] | None, number: int) -> RowChange:
+        """The read of `row` (None: the change that stands for them all) as row `number`."""
+        schema = self.schema
+        return RowChange(
+            "r",
+            schema.db,
+            schema.table,
+            None,
+            row,
+            self.file,
+            self.pos,
+            number,
+            None,
+            self.server_id,
+            self.ts_ms,
+            self.primary_key,
+            schema=schema,
+            snapshot=self.snapshot,
+        )
+
+    def changes(self) -> list[RowChange]:
+        parse, first = self.parse, self.first_row
+        return [self.change(parse(packet), first + i) for i, packet in enumerate(self.packets)]
+
+
 def iter_changes(
     events: Iterable[Event],
     *,

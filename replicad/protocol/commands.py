@@ -70,6 +70,9 @@ class Query:
     # Every value as the bytes the server sent, none decoded: for a reader that parses the
     # text itself (the snapshot's rows), which would otherwise encode each str back.
     raw: bool = False
+    # Each row as its packet's payload, unparsed (ResultSet.packets): for a reader that
+    # parses the rows itself, in C (the snapshot's compiled path).
+    packets: bool = False
     kind: ClassVar[str] = "query"
 
     def encode(self) -> bytes:
@@ -204,6 +207,7 @@ class ResultSet:
     rows: list[tuple[str | bytes | None, ...]]
     warnings: int = 0
     status_flags: int = 0
+    packets: list[bytes] = field(default_factory=list)  # Query.packets: rows as packets
 
     @property
     def column_names(self) -> list[str]:
@@ -240,16 +244,16 @@ def parse_column_definition(payload: bytes) -> ResultColumn:
 
 
 def parse_text_row(
-    payload: bytes, columns: tuple[ResultColumn, ...], decode: tuple[bool, ...]
+    payload: bytes, names: tuple[str, ...], decode: tuple[bool, ...]
 ) -> tuple[str | bytes | None, ...]:
-    """One text-protocol row: each value NULL or a length-encoded string, decoded as UTF-8
-    where `decode` says (ResultSetReader computes it once per result set). The common
-    one-byte length is read inline: this runs once per cell of every snapshot row."""
+    """One text-protocol row of the columns `names`: each value NULL or a length-encoded
+    string, decoded as UTF-8 where `decode` says (ResultSetReader computes it once per result
+    set). The common one-byte length is read inline: this runs once per cell of a result."""
     values: list[str | bytes | None] = []
     pos, end = 0, len(payload)
-    for index, column in enumerate(columns):
+    for index, name in enumerate(names):
         if pos >= end:
-            raise ProtocolError(f"text row ends before the value of column {column.name!r}")
+            raise ProtocolError(f"text row ends before the value of column {name!r}")
         first = payload[pos]
         if first < NULL_COLUMN:
             start = pos + 1
@@ -263,13 +267,13 @@ def parse_text_row(
             pos = start + length
         if pos > end:
             raise ProtocolError(
-                f"value of column {column.name!r} needs {pos - start} bytes at payload "
+                f"value of column {name!r} needs {pos - start} bytes at payload "
                 f"offset {start}, only {end - start} left"
             )
         raw = payload[start:pos]
-        values.append(_text(raw, f"value of column {column.name!r}") if decode[index] else raw)
+        values.append(_text(raw, f"value of column {name!r}") if decode[index] else raw)
     if pos != end:
-        raise ProtocolError(f"text row has {end - pos} bytes after its {len(columns)} values")
+        raise ProtocolError(f"text row has {end - pos} bytes after its {len(names)} values")
     return tuple(values)
 
 
@@ -285,15 +289,19 @@ class ResultSetReader:
     An ERR in place of a row (the query was killed, a row failed to convert) is raised.
     """
 
-    def __init__(self, column_count: int, *, deprecate_eof: bool, raw: bool = False) -> None:
+    def __init__(
+        self, column_count: int, *, deprecate_eof: bool, raw: bool = False, packets: bool = False
+    ) -> None:
         if column_count == 0:
             raise ProtocolError("result set with zero columns")
         self._count = column_count
         self._deprecate_eof = deprecate_eof
         self._raw = raw  # Query.raw
+        self._packets: list[bytes] | None = [] if packets else None  # Query.packets
         self._decode: tuple[bool, ...] = ()
         self._columns: list[ResultColumn] = []
         self._frozen: tuple[ResultColumn, ...] = ()
+        self._names: tuple[str, ...] = ()
         self._rows: list[tuple[str | bytes | None, ...]] = []
         self._step = "columns"
 
@@ -304,6 +312,7 @@ class ResultSetReader:
             self._columns.append(parse_column_definition(payload))
             if len(self._columns) == self._count:
                 self._frozen = tuple(self._columns)
+                self._names = tuple(c.name for c in self._frozen)
                 self._decode = tuple(not (self._raw or c.binary) for c in self._frozen)
                 self._step = "rows" if self._deprecate_eof else "columns-eof"
             return None
@@ -321,7 +330,10 @@ class ResultSetReader:
                     eof = parse_eof(payload)
                     warnings, status = eof.warnings, eof.status_flags
                 self._step = "done"
-                return ResultSet(self._frozen, self._rows, warnings, status)
-            self._rows.append(parse_text_row(payload, self._frozen, self._decode))
+                return ResultSet(self._frozen, self._rows, warnings, status, self._packets or [])
+            if self._packets is not None:
+                self._packets.append(payload)
+            else:
+                self._rows.append(parse_text_row(payload, self._names, self._decode))
             return None
         raise ProtocolError("result set already complete")

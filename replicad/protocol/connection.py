@@ -213,6 +213,7 @@ class Connection:
         self._switched = False
         self._pending_kind: str | None = None
         self._pending_raw = False  # Query.raw of the command in flight
+        self._pending_packets = False  # Query.packets of the command in flight
         self._result: ResultSetReader | None = None
 
     def __repr__(self) -> str:
@@ -264,6 +265,7 @@ class Connection:
             self._state = State.COMMAND
             self._pending_kind = kind
             self._pending_raw = isinstance(command, Query) and command.raw
+            self._pending_packets = isinstance(command, Query) and command.packets
         return data
 
     def tls_established(self) -> None:
@@ -500,7 +502,10 @@ class Connection:
         if pos != len(payload):
             raise ProtocolError("column count packet has trailing bytes")
         self._result = ResultSetReader(
-            count, deprecate_eof=self.deprecate_eof, raw=self._pending_raw
+            count,
+            deprecate_eof=self.deprecate_eof,
+            raw=self._pending_raw,
+            packets=self._pending_packets,
         )
         return None
 

@@ -28,6 +28,7 @@ import structlog
 
 from replicad.binlog.changes import (
     EventRows,
+    ReadRows,
     RowChange,
     RowNumbering,
     StatementContext,
@@ -332,13 +333,28 @@ class Pipeline:
         """The initial snapshot's tables, for the metrics."""
         return self.snapshots.tables
 
-    async def _emit_reads(self, reads: Sequence[RowChange], mark: Checkpoint | None) -> None:
-        """Reads of the initial snapshot, then a mark at `mark` (if any), as one step."""
+    async def _emit_reads(self, reads: Sequence[ReadRows], mark: Checkpoint | None) -> None:
+        """Reads of the initial snapshot, then a mark at `mark` (if any), as one step. A
+        single sink that takes whole chunks (`EventSink`) is offered each first, the faster
+        route to the same messages; where it declines, the reads go one by one."""
         checkpointer = self.checkpointer
         assert checkpointer is not None
+        sink = self._event_sink
         async with self._gate:
-            for read in reads:
-                await self._publish_read(read)
+            for run in reads:
+                count = None
+                if sink is not None:
+                    if self._tick_failure is not None:
+                        raise self._tick_failure
+                    await self._hold_lease()
+                    count = sink.publish_reads(run)
+                if count is None:
+                    for read in run.changes():
+                        await self._publish_read(read)
+                    continue
+                self._count_reads(run.schema.db, run.schema.table, count)
+                if sink is not None and sink.backlogged:
+                    await sink.wait_for_room()
             if mark is not None:
                 checkpointer.mark(mark, True)
                 await self._after_mark(checkpointer)
@@ -348,10 +364,13 @@ class Pipeline:
         if self._tick_failure is not None:
             raise self._tick_failure
         await self._send((change,))
-        self.rows += 1
-        key = (change.db, change.table, change.op)
+        self._count_reads(change.db, change.table, 1)
+
+    def _count_reads(self, db: str, table: str, count: int) -> None:
+        self.rows += count
+        key = (db, table, "r")
         table_rows = self.progress.table_rows
-        table_rows[key] = table_rows.get(key, 0) + 1
+        table_rows[key] = table_rows.get(key, 0) + count
 
     async def run(self) -> None:
         self.committed = await self.resolve_start()

@@ -48,6 +48,35 @@ def encode_rows(
     const_key: bytes | None,
     lines: bool,
 ) -> tuple[Any, int]: ...
+
+class TextLayout:
+    """A snapshot table's columns readied for `encode_text_rows`: per column a kind (see
+    TEXT_KINDS), a padded BINARY's width, a single-byte charset's JSON table, the JSON text
+    before its value, the JSON of the values left to Python; the key columns."""
+
+    def __init__(
+        self,
+        kinds: Sequence[str],
+        widths: Sequence[int],
+        tables: Sequence[bytes | None],
+        prefixes: Sequence[bytes],
+        fallback: Callable[[int, bytes], bytes],
+        key_names: tuple[bytes, ...],
+        key_index: tuple[int, ...],
+    ) -> None: ...
+
+TEXT_KINDS: dict[str, int]
+
+def encode_text_rows(
+    layout: TextLayout,
+    packets: list[bytes],
+    head: bytes,
+    tail: bytes,
+    row0: int,
+    key_mode: int,
+    const_key: bytes | None,
+    lines: bool,
+) -> tuple[Any, int]: ...
 def double_repr(d: float) -> bytes:
     """repr(d) as bytes from the compiled shortest-digit search; ValueError if not finite."""
 

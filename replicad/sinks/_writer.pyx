@@ -67,6 +67,7 @@ cdef extern from "Python.h":
                                 int *ptype) except NULL
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
     void *PyMem_Realloc(void *p, size_t n)
+    double PyOS_string_to_double(const char *s, char **endptr, void *overflow_exception) except? -1.0
 
 
 cdef extern from *:
@@ -1154,7 +1155,7 @@ cdef class _Messages:
 
     cdef Buf out
     cdef Buf key
-    cdef EventLayout layout
+    cdef tuple key_names  # the key columns' texts (EventLayout.key_names)
     cdef bytes head
     cdef int key_mode
     cdef object const_key
@@ -1198,7 +1199,7 @@ cdef class _Messages:
     cdef bytes _key(self, Image *image, tuple index):
         """key_mode 0: none; 1: the constant; 2: the key columns; 3: the whole image."""
         cdef Py_ssize_t j, i
-        cdef tuple names = self.layout.key_names
+        cdef tuple names = self.key_names
         cdef Buf *k = &self.key
         if self.key_mode == 0:
             return None
@@ -1254,7 +1255,7 @@ def encode_rows(EventLayout layout not None, bytes body, Py_ssize_t pos, int kin
     if first.ncols == 0 and pos < size:
         raise ValueError("a row image without columns")  # it would never advance
     t_c, t_u, t_d = tails
-    messages.layout, messages.head, messages.lines = layout, head, lines
+    messages.key_names, messages.head, messages.lines = layout.key_names, head, lines
     messages.key_mode, messages.const_key, messages.written = key_mode, const_key, []
     memset(&one, 0, sizeof(Image))
     memset(&two, 0, sizeof(Image))
@@ -1282,3 +1283,334 @@ def encode_rows(EventLayout layout not None, bytes body, Py_ssize_t pos, int kin
     finally:
         _image_free(&one)
         _image_free(&two)
+
+
+# ------------------------------------------------------------- snapshot rows (text protocol)
+# A snapshot reads rows with SELECT; the server sends each row as one text-protocol packet
+# (every value NULL or a length-encoded string of its text, text columns in their own
+# charset). `encode_text_rows` writes such packets straight as the messages of op "r", with
+# the writers above, so that a read and the same row decoded from a ROWS event give the same
+# bytes; what these kinds do not cover goes through the column's fallback (the snapshot's
+# Python parser, then the envelope's JSON of its value).
+
+cdef enum TextKind:
+    TK_FALLBACK = 0
+    TK_SIGNED = 1     # integers as the server prints them (ZEROFILL included)
+    TK_UNSIGNED = 2   # unsigned integers, YEAR
+    TK_DOUBLE = 3
+    TK_DECIMAL = 4    # the server's text is MySQL's: digits with the column's scale
+    TK_DATE = 5
+    TK_DATETIME = 6
+    TK_TIMESTAMP = 7  # the session time zone is UTC: the text is UTC
+    TK_UTF8 = 8
+    TK_TABLE = 9      # a single-byte charset, through its JSON table
+    TK_BYTES = 10
+    TK_PADDED = 11    # BINARY(n): the stored value is n bytes
+
+TEXT_KINDS = {
+    "fallback": TK_FALLBACK, "signed": TK_SIGNED, "unsigned": TK_UNSIGNED,
+    "double": TK_DOUBLE, "decimal": TK_DECIMAL, "date": TK_DATE, "datetime": TK_DATETIME,
+    "timestamp": TK_TIMESTAMP, "utf8": TK_UTF8, "table": TK_TABLE, "bytes": TK_BYTES,
+    "padded": TK_PADDED,
+}
+
+
+cdef struct TextColumn:
+    int kind
+    Py_ssize_t width  # TK_PADDED: the column's length
+    const unsigned char *table  # TK_TABLE: accel.json_table of its charset
+
+
+cdef inline bint _lenenc(const unsigned char *p, Py_ssize_t size, Py_ssize_t *ppos,
+                         Py_ssize_t *start, Py_ssize_t *n) except -1:
+    """The value at ppos[0]: False for NULL, else its bytes at start[0], n[0] long."""
+    cdef Py_ssize_t pos = ppos[0]
+    cdef unsigned char first
+    cdef int width
+    cdef uint64_t length
+    if pos >= size:
+        raise ValueError("a text row ends before its last value")
+    first = p[pos]
+    if first == 0xFB:
+        ppos[0] = pos + 1
+        return False
+    if first < 0xFB:
+        width, length = 0, first
+    elif first == 0xFC:
+        width = 2
+    elif first == 0xFD:
+        width = 3
+    elif first == 0xFE:
+        width = 8
+    else:
+        raise ValueError("a text row holds an invalid length")
+    if width:
+        if width > size - pos - 1:
+            raise ValueError("a text row's length runs past the row")
+        length = read_le(p + pos + 1, width)
+    if length > <uint64_t>(size - pos - 1 - width):
+        raise ValueError("a text value runs past its row")
+    start[0] = pos + 1 + width
+    n[0] = <Py_ssize_t>length
+    ppos[0] = start[0] + n[0]
+    return True
+
+
+cdef bint _digits_u64(const unsigned char *q, Py_ssize_t n, uint64_t *out) noexcept:
+    """Decimal digits only (leading zeros allowed), fitting 64 bits."""
+    cdef uint64_t v = 0
+    cdef Py_ssize_t i
+    cdef unsigned int c
+    if n == 0 or n > 20:
+        return False
+    for i in range(n):
+        c = q[i] - 48
+        if c > 9 or v > (0xFFFFFFFFFFFFFFFFULL - c) // 10:
+            return False
+        v = v * 10 + c
+    out[0] = v
+    return True
+
+
+cdef bint _put_text_int(Buf *b, const unsigned char *q, Py_ssize_t n, bint signed) except -1:
+    cdef uint64_t v
+    cdef bint negative = signed and n > 0 and q[0] == c'-'
+    if not _digits_u64(q + negative, n - negative, &v):
+        return False
+    if not signed:
+        _put_u64(b, v)
+    elif negative:
+        if v > 9223372036854775808ULL:
+            return False
+        if v == 0:
+            _put(b, b"0", 1)
+        else:
+            _put(b, b"-", 1)
+            _put_u64(b, v)
+    else:
+        if v > 9223372036854775807ULL:
+            return False
+        _put_u64(b, v)
+    return True
+
+
+cdef bint _put_text_double(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
+    cdef char text[64]
+    cdef char *end
+    cdef double d
+    if n == 0 or n >= 64:
+        return False
+    memcpy(text, q, n)
+    text[n] = 0
+    try:
+        d = PyOS_string_to_double(text, &end, NULL)
+    except ValueError:
+        return False
+    if end != text + n:
+        return False
+    _put_double(b, d)
+    return True
+
+
+cdef bint _put_text_decimal(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
+    """The server's DECIMAL text is what values.decimal_text writes: copied in quotes once it
+    is plain digits with at most one point."""
+    cdef Py_ssize_t i = 1 if n and q[0] == c'-' else 0
+    cdef Py_ssize_t start = i
+    cdef bint point = False
+    if n == i:
+        return False
+    for i in range(i, n):
+        if q[i] == c'.' and not point and i > start and i < n - 1:
+            point = True
+        elif q[i] < c'0' or q[i] > c'9':
+            return False
+    _put(b, b'"', 1)
+    _put(b, <const char *>q, n)
+    _put(b, b'"', 1)
+    return True
+
+
+cdef inline int _two(const unsigned char *q) noexcept:
+    cdef unsigned int hi = q[0] - 48, lo = q[1] - 48
+    if hi > 9 or lo > 9:
+        return -1
+    return <int>(hi * 10 + lo)
+
+
+cdef bint _date_fields(const unsigned char *q, int *f) noexcept:
+    """YYYY-MM-DD, a date Python can hold."""
+    cdef int hi = _two(q), lo = _two(q + 2)
+    if hi < 0 or lo < 0 or q[4] != c'-' or q[7] != c'-':
+        return False
+    f[0], f[1], f[2] = hi * 100 + lo, _two(q + 5), _two(q + 8)
+    return valid_date(f[0], f[1], f[2])
+
+
+cdef bint _put_text_datetime(Buf *b, const unsigned char *q, Py_ssize_t n, bint utc) except -1:
+    """YYYY-MM-DD HH:MM:SS[.f...] with a valid date and clock (else: the fallback's text)."""
+    cdef int f[7]
+    cdef Py_ssize_t i
+    cdef int us = 0, scale = 100000
+    if n < 19 or n == 20 or n > 26 or q[10] != c' ' or q[13] != c':' or q[16] != c':':
+        return False
+    if not _date_fields(q, f):
+        return False
+    f[3], f[4], f[5] = _two(q + 11), _two(q + 14), _two(q + 17)
+    if not (0 <= f[3] < 24 and 0 <= f[4] < 60 and 0 <= f[5] < 60):
+        return False
+    if n > 19:
+        if q[19] != c'.':
+            return False
+        for i in range(20, n):
+            if q[i] < c'0' or q[i] > c'9':
+                return False
+            us += (q[i] - 48) * scale
+            scale //= 10
+    _put_datetime(b, f[0], f[1], f[2], f[3], f[4], f[5], us, utc)
+    return True
+
+
+cdef bint _put_text_date(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
+    cdef int f[3]
+    if n != 10 or not _date_fields(q, f):
+        return False
+    _put_date(b, f[0], f[1], f[2], True)
+    return True
+
+
+@cython.final
+cdef class TextLayout:
+    """A snapshot table's columns readied for `encode_text_rows`: per column its kind (a
+    TEXT_KINDS name), the width of a padded BINARY, the JSON table of a single-byte charset;
+    `prefixes` as `ImageWriter`'s; `fallback(i, raw)` the JSON bytes of column i's value
+    from its text; `key_names`/`key_index` the key columns' texts and indexes."""
+
+    cdef TextColumn *columns
+    cdef Py_ssize_t ncols
+    cdef tuple prefixes
+    cdef tuple tables  # keeps the JSON tables alive
+    cdef object fallback
+    cdef tuple key_names
+    cdef tuple key_index
+
+    def __cinit__(self, kinds, widths, tables, prefixes, fallback, tuple key_names not None,
+                  tuple key_index not None):
+        cdef Py_ssize_t i
+        self.ncols = len(kinds)
+        if not (len(widths) == len(tables) == len(prefixes) == self.ncols):
+            raise ValueError("one kind, width, table and prefix per column")
+        if len(key_names) != len(key_index):
+            raise ValueError("one index per key column")
+        if not all(type(prefix) is bytes for prefix in prefixes):
+            raise TypeError("the prefixes must be bytes")
+        self.columns = <TextColumn *>PyMem_Malloc(sizeof(TextColumn) * (self.ncols + 1))
+        if self.columns == NULL:
+            raise MemoryError()
+        self.tables = tuple(tables)
+        for i in range(self.ncols):
+            self.columns[i].kind = TEXT_KINDS[kinds[i]]
+            self.columns[i].width = widths[i]
+            self.columns[i].table = NULL
+            if self.columns[i].kind == TK_TABLE:
+                if type(self.tables[i]) is not bytes or len(self.tables[i]) != 256 * 8:
+                    raise ValueError("a single-byte charset needs its 2048-byte JSON table")
+                self.columns[i].table = <const unsigned char *>PyBytes_AS_STRING(self.tables[i])
+        self.prefixes = tuple(prefixes)
+        self.fallback = fallback
+        self.key_names = key_names
+        self.key_index = tuple(int(i) for i in key_index)
+
+    def __dealloc__(self):
+        PyMem_Free(self.columns)
+
+    def __reduce__(self):
+        raise TypeError("TextLayout cannot be pickled")
+
+    cdef int _json(self, bytes packet, Image *image) except -1:
+        """Append the row's packet as a JSON object to image.text, with its value spans."""
+        cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(packet)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(packet)
+        cdef Py_ssize_t pos = 0, start = 0, n = 0, i
+        cdef Buf *out = &image.text
+        cdef TextColumn *column
+        cdef const unsigned char *q
+        cdef bytes prefix
+        cdef bint done
+        cdef int k
+        out.len = 0
+        if self.ncols == 0:
+            _put(out, b"{}", 2)
+            return 0
+        for i in range(self.ncols):
+            prefix = <bytes>PyTuple_GET_ITEM(self.prefixes, i)
+            _put(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix))
+            image.spans[2 * i] = out.len
+            image.kinds[i] = 0
+            if not _lenenc(p, size, &pos, &start, &n):
+                _put(out, b"null", 4)
+                image.spans[2 * i + 1] = out.len
+                continue
+            column = &self.columns[i]
+            q = p + start
+            k = column.kind
+            done = True
+            if k == TK_UTF8:
+                if _ascii(q, n) or _valid_utf8(q, n):
+                    _put_json_text(out, q, n)
+                else:
+                    image.kinds[i] = 1
+                    _put_base64(out, q, n)
+            elif k == TK_TABLE:
+                if not _put_table_text(out, column.table, q, n):
+                    image.kinds[i] = 1
+                    _put_base64(out, q, n)
+            elif k == TK_SIGNED or k == TK_UNSIGNED:
+                done = _put_text_int(out, q, n, k == TK_SIGNED)
+            elif k == TK_DOUBLE:
+                done = _put_text_double(out, q, n)
+            elif k == TK_DECIMAL:
+                done = _put_text_decimal(out, q, n)
+            elif k == TK_DATETIME or k == TK_TIMESTAMP:
+                done = _put_text_datetime(out, q, n, k == TK_TIMESTAMP)
+            elif k == TK_DATE:
+                done = _put_text_date(out, q, n)
+            elif k == TK_BYTES or (k == TK_PADDED and n >= column.width):
+                _put_base64(out, q, n)
+            else:
+                done = False
+            if not done:  # TK_FALLBACK, a short BINARY, or text these writers leave alone
+                _put_fallback(out, self.fallback, i, PyBytes_FromStringAndSize(<const char *>q, n))
+            image.spans[2 * i + 1] = out.len
+        if pos != size:
+            raise ValueError("a text row holds more values than the table has columns")
+        _put(out, b"}", 1)
+        return 0
+
+
+def encode_text_rows(TextLayout layout not None, list packets not None, bytes head not None,
+                     bytes tail not None, Py_ssize_t row0, int key_mode, object const_key,
+                     bint lines):
+    """The op "r" messages of snapshot rows, one text-protocol row packet each:
+    ``{"before":null,"after":A`` + `head` + the row number (from `row0`) + `tail`. key_mode
+    and the result as `encode_rows` (key_mode 2: the layout's key columns). Raises on a
+    packet that is not a row of the layout (the caller reads the rows the slow way, which
+    names the problem)."""
+    cdef Image image
+    cdef Py_ssize_t row = row0
+    cdef _Messages messages = _Messages()
+    cdef object packet
+    messages.key_names, messages.head, messages.lines = layout.key_names, head, lines
+    messages.key_mode, messages.const_key, messages.written = key_mode, const_key, []
+    memset(&image, 0, sizeof(Image))
+    try:
+        _image_init(&image, layout.ncols)
+        for packet in packets:
+            if not PyBytes_CheckExact(packet):
+                raise TypeError("a row packet must be bytes")
+            layout._json(<bytes>packet, &image)
+            messages.add("r", row, tail, NULL, &image, &image, layout.key_index)
+            row += 1
+        return messages.result(), row - row0
+    finally:
+        _image_free(&image)

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from replicad.binlog.changes import EventRows, RowChange, TableChange
+from replicad.binlog.changes import EventRows, ReadRows, RowChange, TableChange
 from replicad.binlog.position import Position
 from replicad.checkpoint_record import Checkpoint
 from replicad.errors import ReplicadError
@@ -91,6 +91,11 @@ class EventSink(Sink, Protocol):
         """Publish every row change of the event (the same messages as `publish` of each);
         the number of row changes, or None when it cannot and nothing was published: the
         caller then publishes `rows.changes()` one by one."""
+
+    def publish_reads(self, reads: ReadRows) -> int | None:
+        """Publish snapshot rows (the same messages as `publish` of each of
+        `reads.changes()`); the number of rows, or None when it cannot and nothing was
+        published: the caller then publishes `reads.changes()` one by one."""
 
 
 class DeliveryTracker:

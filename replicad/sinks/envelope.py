@@ -369,6 +369,22 @@ class EnvelopeWriter:
         one event (`change` stands for them) without transaction block or schemas: the
         text between the after image and the row number, and the text after it per op
         ("c", "u", "d"). The compiled path (`event_envelope`) fills in the rest."""
+        head, tail, end = self._around_row(change, ts_ms)
+        notes = self._notes_by_op(change)
+        return head, tuple(
+            tail + op + end + note + b"}"
+            for op, note in zip((b"c", b"u", b"d"), notes, strict=True)
+        )
+
+    def read_parts(self, change: RowChange, ts_ms: int) -> tuple[bytes, bytes]:
+        """`event_parts` of snapshot reads (op "r", which carry no notes): the text between
+        the after image and the row number, and the text after it (`read_envelope`)."""
+        head, tail, end = self._around_row(change, ts_ms)
+        return head, tail + b"r" + end + b"}"
+
+    def _around_row(self, change: RowChange, ts_ms: int) -> tuple[bytes, bytes, bytes]:
+        """What `value` writes after the after image up to the row number, from the row
+        number up to the op, and from the op up to the notes."""
         parts = self._tables.get((change.db, change.table, change.server_id, change.snapshot))
         if parts is None:
             parts = self._table_parts(change)
@@ -394,11 +410,7 @@ class EnvelopeWriter:
             ts_ms * 1000,
             ts_ms * 1_000_000,
         )
-        notes = self._notes_by_op(change)
-        return head, tuple(
-            tail + op + end + note + b"}"
-            for op, note in zip((b"c", b"u", b"d"), notes, strict=True)
-        )
+        return head, tail, end
 
     def _notes_by_op(self, change: RowChange) -> tuple[bytes, ...]:
         """The images' notes are the event's (its bitmaps): the compiled path takes no event

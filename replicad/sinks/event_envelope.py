@@ -170,7 +170,7 @@ class EventEncoder:
                 compiled_first,
                 compiled_second,
                 split,
-                _prefixes(primary_key),
+                column_prefixes(primary_key),
                 _indexes(first, primary_key),
                 () if second is None else _indexes(second, primary_key),
             )
@@ -196,10 +196,12 @@ class EventEncoder:
         """The compiled writer of a layout, or None when its decoder is not compiled."""
         names = [c.name for c in decoder.specs]
         json_flags = tuple(c.spec.type_code == ColumnType.JSON for c in decoder.specs)
-        return writer_choice.image_writer(decoder.decode, _prefixes(names), _fallback(json_flags))
+        return writer_choice.image_writer(
+            decoder.decode, column_prefixes(names), _fallback(json_flags)
+        )
 
 
-def _prefixes(names: Any) -> tuple[bytes, ...]:
+def column_prefixes(names: Any) -> tuple[bytes, ...]:
     return tuple((b"," if i else b"{") + orjson.dumps(n) + b":" for i, n in enumerate(names))
 
 

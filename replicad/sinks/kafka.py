@@ -34,7 +34,7 @@ from confluent_kafka import (
     Producer,
 )
 
-from replicad.binlog.changes import EventRows, RowChange, TableChange
+from replicad.binlog.changes import EventRows, ReadRows, RowChange, TableChange
 from replicad.binlog.column_types import TableDescription
 from replicad.binlog.position import Position
 from replicad.checkpoint_record import Checkpoint
@@ -61,6 +61,7 @@ from replicad.sinks.event_envelope import EventEncoder
 from replicad.sinks.kafka_admin import ADMIN_TIMEOUT_S, PositionReader, Topics
 from replicad.sinks.producer_child import ROW_HEADER
 from replicad.sinks.producer_pool import ProducerPool
+from replicad.sinks.read_envelope import ReadEncoder
 from replicad.sinks.routing import ChangeFilter, KafkaRouting
 from replicad.sinks.transaction_metadata import TransactionMonitor
 from replicad.sinks.value_modes import ValueMode
@@ -172,6 +173,7 @@ class KafkaSink:
             else None
         )
         self._events = EventEncoder(self.writer)
+        self._reads = ReadEncoder(self.writer)
         self._schema_topic = self.routing.schema_topic  # "" when switched off
         self._schemas_sent: set[tuple[str, str, str]] = set()
         self._last_schema: TableDescription | None = None
@@ -325,7 +327,27 @@ class KafkaSink:
         encoded = self._events.encode(rows, int(time.time() * 1000), lines=False, key=key)
         if encoded is None:
             return None
-        messages, change, count = encoded
+        return self._send_encoded(*encoded)
+
+    def publish_reads(self, reads: ReadRows) -> int | None:
+        """Snapshot rows through the compiled read path (`read_envelope`): the same messages
+        `publish` sends for each of `reads.changes()`. Returns the number of rows, or None
+        when they must go row by row (as `publish_event`, except that reads belong to no
+        transaction, so transaction metadata does not matter); nothing is sent then."""
+        if self.values.options is not None or self.filter.rewrites_changes:
+            return None
+        schema = reads.schema
+        key = self.routing.event_key(schema.db, schema.table, reads.primary_key)
+        if key is None:
+            return None
+        encoded = self._reads.encode(reads, int(time.time() * 1000), lines=False, key=key)
+        if encoded is None:
+            return None
+        return self._send_encoded(*encoded)
+
+    def _send_encoded(self, messages: list[Any], change: RowChange, count: int) -> int:
+        """The messages the compiled paths wrote for `count` row changes (`change` stands
+        for them), sent to the change's topic; returns `count`."""
         topic = self.routing.topic(change.db, change.table)
         self._note_schema(change)
         first, last = self._header_parts_of(change)

@@ -19,12 +19,13 @@ from typing import BinaryIO
 
 import structlog
 
-from replicad.binlog.changes import EventRows, RowChange, TableChange
+from replicad.binlog.changes import EventRows, ReadRows, RowChange, TableChange
 from replicad.checkpoint_record import Checkpoint
 from replicad.errors import write_error
 from replicad.sinks.base import SinkError
 from replicad.sinks.envelope import EnvelopeLines
 from replicad.sinks.event_envelope import EventEncoder
+from replicad.sinks.read_envelope import ReadEncoder
 from replicad.sinks.routing import ChangeFilter
 from replicad.sinks.value_modes import ValueMode
 
@@ -49,6 +50,7 @@ class JsonLinesSink:
         self.values = values or ValueMode()
         self.lines = EnvelopeLines(name, self.values.connect)
         self._events = EventEncoder(self.lines.writer)
+        self._reads = ReadEncoder(self.lines.writer)
         self._marked = 0
         self._regular = False  # fsync only a regular file (not /dev/null, a FIFO, a tty)
         self._out: BinaryIO
@@ -81,6 +83,21 @@ class JsonLinesSink:
         ):
             return None
         encoded = self._events.encode(rows, int(time.time() * 1000), lines=True)
+        if encoded is None:
+            return None
+        lines, _, count = encoded
+        self._write(lines)
+        return count
+
+    def publish_reads(self, reads: ReadRows) -> int | None:
+        """Snapshot rows through the compiled read path (`read_envelope`): the lines
+        `publish` writes for each of `reads.changes()`; None (nothing written) where it
+        cannot."""
+        if self.values.options is not None or (
+            self.filter is not None and self.filter.rewrites_changes
+        ):
+            return None
+        encoded = self._reads.encode(reads, int(time.time() * 1000), lines=True)
         if encoded is None:
             return None
         lines, _, count = encoded

@@ -96,3 +96,37 @@ def encode_rows(
     return _writer.encode_rows(
         layout, body, pos, kind, head, tails, row0, key_mode, const_key, lines
     )
+
+
+def text_layout(
+    kinds: Sequence[str],
+    widths: Sequence[int],
+    tables: Sequence[bytes | None],
+    prefixes: Sequence[bytes],
+    fallback: Callable[[int, bytes], bytes],
+    key_names: tuple[bytes, ...],
+    key_index: tuple[int, ...],
+) -> Any:
+    """A snapshot table's columns readied for `encode_text_rows` (`_writer.TextLayout`,
+    whose parameters are documented there)."""
+    if _writer is None:
+        raise RuntimeError("the compiled message writer is not built")
+    return _writer.TextLayout(kinds, widths, tables, prefixes, fallback, key_names, key_index)
+
+
+def encode_text_rows(
+    layout: Any,
+    packets: list[bytes],
+    head: bytes,
+    tail: bytes,
+    row0: int,
+    key_mode: int,
+    const_key: bytes | None,
+    lines: bool,
+) -> Encoded:
+    """The op "r" messages of snapshot rows read as text-protocol packets, written by
+    `_writer.encode_text_rows` (parameters documented there). Raises on a packet that is not
+    a row of the layout, and RuntimeError when there is no compiled writer."""
+    if _writer is None:
+        raise RuntimeError("the compiled message writer is not built")
+    return _writer.encode_text_rows(layout, packets, head, tail, row0, key_mode, const_key, lines)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from replicad.binlog.changes import RowChange
+from replicad.binlog.changes import ReadRows, RowChange
 from replicad.binlog.position import Position
 from replicad.checkpoint_record import Checkpoint
 from replicad.config import Config
@@ -78,7 +78,7 @@ class Requests(Protocol):
 # Publishes one read through the pipeline's filters and sinks (lease checked, rows counted).
 Publish = Callable[[RowChange], Awaitable[None]]
 # Publishes the reads of an initial snapshot, then places a mark at the checkpoint (if any).
-Emit = Callable[[Sequence[RowChange], Checkpoint | None], Awaitable[None]]
+Emit = Callable[[Sequence[ReadRows], Checkpoint | None], Awaitable[None]]
 OpenReader = Callable[[], Awaitable[ChunkReader]]
 
 
@@ -260,52 +260,56 @@ class SnapshotDriver:
     ) -> bool:
         """One table of the read view, chunk by chunk (False: stopped before its end)."""
         position, chunk_rows = view.position, self.config.snapshot.chunk_rows
-        ts_ms = int(time.time() * 1000)
         progress.started = time.monotonic()
         log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
-        # The last row read is held back: marked the table's last if no more follow.
-        held: RowChange | None = None
-        sent = 0
-        marks = {"first_table": index == 0, "last_table": index == len(view.plans) - 1}
-        rest = [p.name for p in view.plans[index:]]
-        async for rows in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
-            changes = snapshot_reader.reads(
+        ts_ms = int(time.time() * 1000)
+
+        def reads(packets: list[bytes], first_row: int, ends_table: bool) -> list[ReadRows]:
+            return snapshot_reader.initial_reads(
                 plan,
-                rows,
+                packets,
                 (position.file, position.pos),
                 view.info.server_id,
                 ts_ms,
-                progress.rows,
+                first_row,
+                first_table=index == 0,
+                last_table=index == len(view.plans) - 1,
+                starts_table=first_row == 0,
+                ends_table=ends_table,
             )
-            progress.rows += len(rows)
+
+        parse = snapshot_reader.row_parser(plan)
+        # The last row read is held back: marked the table's last if no more follow.
+        held: bytes | None = None
+        sent = 0
+        rest = [p.name for p in view.plans[index:]]
+        async for packets in snapshot_reader.read_chunks(view.conn, plan, chunk_rows):
+            progress.rows += len(packets)
             progress.chunks += 1
-            batch = ([] if held is None else [held]) + changes[:-1]
-            snapshot_reader.mark_initial(batch, **marks, starts_table=sent == 0, ends_table=False)
-            sent += len(batch)
-            last = batch[-1].after if batch else None
+            batch = ([] if held is None else [held]) + packets[:-1]
             resume = None
-            if view.resumable and plan.chunk_key and last is not None:
+            if view.resumable and plan.chunk_key and batch:
                 resume = IncrementalSnapshots.resuming(
                     rest,
                     chunk_rows,
-                    snapshot_reader.row_key(plan, last),
+                    snapshot_reader.row_key(plan, parse(batch[-1])),
                     progress.chunks,
                     progress.rows - 1,
                 )
-            await emit(batch, None if resume is None else Checkpoint(position, resume.progress()))
-            held = changes[-1]
+            mark = None if resume is None else Checkpoint(position, resume.progress())
+            await emit(reads(batch, sent, False), mark)
+            sent += len(batch)
+            held = packets[-1]
             if self._stopping:
                 log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
                 return False
-        if held is not None:
-            snapshot_reader.mark_initial([held], **marks, starts_table=sent == 0, ends_table=True)
         rest = rest[1:]
         after_table = None
         if view.resumable and rest:
             after_table = Checkpoint(
                 position, IncrementalSnapshots.resuming(rest, chunk_rows).progress()
             )
-        await emit([] if held is None else [held], after_table)
+        await emit([] if held is None else reads([held], sent, True), after_table)
         progress.done = True
         log.info(
             "snapshot_table_done",

@@ -22,6 +22,7 @@ chunk costs a scan up to its offset: said in the log).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -29,13 +30,13 @@ from typing import Any
 
 import structlog
 
-from replicad.binlog.changes import RowChange
+from replicad.binlog.changes import ReadRows, RowChange
 from replicad.binlog.column_types import TableDescription
 from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
 from replicad.config import SnapshotConfig
 from replicad.errors import ReplicadError, ServerError
-from replicad.protocol.commands import cell_text
+from replicad.protocol.commands import cell_text, parse_text_row
 from replicad.protocol.transport import AsyncConnection
 from replicad.snapshot.columns import (
     SnapshotColumn,
@@ -309,11 +310,13 @@ async def end(conn: AsyncConnection) -> None:
 
 async def read_chunks(
     conn: AsyncConnection, plan: TablePlan, chunk_rows: int
-) -> AsyncIterator[list[dict[str, Any]]]:
-    """The table's rows in chunks (dicts of column -> value as the binlog decoders give it)."""
+) -> AsyncIterator[list[bytes]]:
+    """The table's rows in chunks, each row its text-protocol packet (`row_parser` parses
+    one; the compiled read path writes them as messages unparsed)."""
     key = plan.chunk_key
     after: list[str] | None = None
     offset = 0
+    parse = row_parser(plan)
     if not key:
         log.warning(
             "snapshot_table_without_key",
@@ -323,17 +326,17 @@ async def read_chunks(
     while True:
         sql = chunk_sql(plan, after=after, limit=chunk_rows, offset=0 if key else offset)
         try:
-            result = await conn.query(sql, raw=True)
+            result = await conn.query(sql, packets=True)
         except ServerError as exc:
             raise SnapshotError(f"reading the table failed: {exc}", table=plan.name) from None
-        rows = parse_rows(plan, result)
-        if rows:
-            yield rows
-        if len(rows) < chunk_rows:
+        packets = result.packets
+        if packets:
+            yield packets
+        if len(packets) < chunk_rows:
             return
         if key:
-            after = row_key(plan, rows[-1])
-        offset += len(rows)
+            after = row_key(plan, parse(packets[-1]))
+        offset += len(packets)
 
 
 def chunk_sql(
@@ -360,6 +363,22 @@ def chunk_sql(
     if offset:
         sql += f" OFFSET {int(offset)}"
     return sql
+
+
+def row_parser(plan: TablePlan) -> Callable[[bytes], dict[str, Any]]:
+    """A row packet of `plan.select` -> the row as the binlog decoders give it."""
+    names = tuple(plan.column_names)
+    parsers = plan.parsers
+    undecoded = (False,) * len(names)
+
+    def parse(packet: bytes) -> dict[str, Any]:
+        values = parse_text_row(packet, names, undecoded)
+        return {
+            name: None if raw is None else parse_value(raw)
+            for name, parse_value, raw in zip(names, parsers, values, strict=True)
+        }
+
+    return parse
 
 
 def parse_rows(plan: TablePlan, result: Any) -> list[dict[str, Any]]:
@@ -412,6 +431,54 @@ def initial_marker(
     return "true"
 
 
+def initial_reads(
+    plan: TablePlan,
+    packets: list[bytes],
+    at: tuple[str | None, int | None],
+    server_id: int,
+    ts_ms: int,
+    first_row: int,
+    *,
+    first_table: bool,
+    last_table: bool,
+    starts_table: bool,
+    ends_table: bool,
+) -> list[ReadRows]:
+    """Consecutive rows of one table of the initial snapshot (`reads`' coordinates and
+    numbering), in runs that share their marker (`initial_marker`: the table's first and
+    last row have their own)."""
+    count = len(packets)
+    cuts = [0]
+    if starts_table and count > 1:
+        cuts.append(1)
+    if ends_table and count - 1 > cuts[-1]:
+        cuts.append(count - 1)
+    cuts.append(count)
+    parse, parsers = row_parser(plan), tuple(plan.parsers)
+    return [
+        ReadRows(
+            plan.description,
+            plan.primary_key,
+            packets[start:end],
+            parse,
+            parsers,
+            at[0],
+            at[1],
+            server_id,
+            ts_ms,
+            first_row + start,
+            initial_marker(
+                first_table=first_table,
+                last_table=last_table,
+                first_in_table=starts_table and start == 0,
+                last_in_table=ends_table and end == count,
+            ),
+        )
+        for start, end in itertools.pairwise(cuts)
+        if end > start
+    ]
+
+
 def mark_initial(
     reads: Sequence[RowChange],
     *,
@@ -445,22 +512,17 @@ def reads(
     """Snapshot rows as op "r" changes at binlog coordinates `at` (the snapshot's position, or
     an incremental chunk's high watermark); `row` counts the table's rows, so
     `(file, pos, row, op)` stays unique per table."""
-    return [
-        RowChange(
-            "r",
-            plan.db,
-            plan.table,
-            None,
-            row,
-            at[0],
-            at[1],
-            first_row + i,
-            None,
-            server_id,
-            ts_ms,
-            plan.primary_key,
-            schema=plan.description,
-            snapshot=marker,
-        )
-        for i, row in enumerate(rows)
-    ]
+    parsed = ReadRows(
+        plan.description,
+        plan.primary_key,
+        [],
+        row_parser(plan),
+        (),
+        at[0],
+        at[1],
+        server_id,
+        ts_ms,
+        first_row,
+        marker,
+    )
+    return [parsed.change(row, first_row + i) for i, row in enumerate(rows)]

@@ -31,7 +31,7 @@ from replicad.binlog.codegen import CompiledColumn, compile_python_decoder
 from replicad.binlog.values import ColumnType
 from replicad.sinks import writer_choice
 from replicad.sinks.envelope import _dumps_row, _row, dumps, row_messages
-from replicad.sinks.event_envelope import KEY_COLUMNS, KEY_CONSTANT, KEY_NONE, _prefixes
+from replicad.sinks.event_envelope import KEY_COLUMNS, KEY_CONSTANT, KEY_NONE, column_prefixes
 from tests.unit.test_accel import ANY_COLUMN, NAMES, le
 
 pytestmark = pytest.mark.unit
@@ -99,7 +99,7 @@ def _compiled(columns, mariadb: bool) -> Any:
     flags = tuple(c.spec.type_code == ColumnType.JSON for c in columns)
     from replicad.sinks.envelope import value_json
 
-    prefixes = _prefixes([c.name for c in columns])
+    prefixes = column_prefixes([c.name for c in columns])
     return writer_choice.image_writer(decode, prefixes, lambda i, v: value_json(v, flags[i]))
 
 
@@ -154,7 +154,7 @@ def _encode(columns, body, pos, kind, key, mariadb, *, lines=False, row0=0):
     names = [c.name for c in columns]
     index = tuple(names.index(k) for k in key)
     second, split = (first, bool(key)) if kind == 1 else (None, False)
-    layout = event_layout(first, second, split, _prefixes(key), index, index if second else ())
+    layout = event_layout(first, second, split, column_prefixes(key), index, index if second else ())
     key_mode = KEY_COLUMNS if key else KEY_NONE
     return encode_rows(layout, body, pos, kind, HEAD, TAILS, row0, key_mode, None, lines)
 
