@@ -154,7 +154,9 @@ def _encode(columns, body, pos, kind, key, mariadb, *, lines=False, row0=0):
     names = [c.name for c in columns]
     index = tuple(names.index(k) for k in key)
     second, split = (first, bool(key)) if kind == 1 else (None, False)
-    layout = event_layout(first, second, split, column_prefixes(key), index, index if second else ())
+    layout = event_layout(
+        first, second, split, column_prefixes(key), index, index if second else ()
+    )
     key_mode = KEY_COLUMNS if key else KEY_NONE
     return encode_rows(layout, body, pos, kind, HEAD, TAILS, row0, key_mode, None, lines)
 
