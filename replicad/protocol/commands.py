@@ -305,6 +305,12 @@ class ResultSetReader:
         self._rows: list[tuple[str | bytes | None, ...]] = []
         self._step = "columns"
 
+    @property
+    def row_packets(self) -> list[bytes] | None:
+        """Where the rows' packets go while rows are due in packets mode (Query.packets),
+        else None: the connection may append plain row packets here itself, in bulk."""
+        return self._packets if self._step == "rows" else None
+
     def feed(self, payload: bytes) -> ResultSet | None:
         if payload[:1] == bytes((ERR_HEADER,)):
             raise parse_err(payload, step=self._step)

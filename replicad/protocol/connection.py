@@ -294,6 +294,9 @@ class Connection:
                     f"connection unusable after an earlier error: {self._fatal.reason}"
                 )
             try:
+                rows = None if self._result is None else self._result.row_packets
+                if rows is not None:
+                    self._reader.take_rows(rows)
                 payload = self._reader.read_payload()
             except ReplicadError as exc:
                 raise self._die(exc) from None

@@ -113,6 +113,34 @@ class PacketReader:
             self._pending = 0
             return payload
 
+    def take_rows(self, rows: list[bytes]) -> None:
+        """Append the buffered complete payloads to `rows` while they are plain result-set
+        rows: one chunk each, the expected sequence ids, not starting with 0xFE (an EOF or
+        OK, or a row whose first value is 16 MiB or more) or 0xFF (an ERR). Whatever else
+        comes next is left to `read_payload`. The snapshot's rows arrive here by the million:
+        this is `read_payload` without a call, a check of `max_payload` (a single chunk is
+        below it) or a reassembly per row."""
+        if self._chunks or self.expected_sequence is None:
+            return
+        buf, pos, seq = self._buffer, self._pos, self.expected_sequence
+        size = len(buf)
+        append = rows.append
+        while size - pos >= HEADER_SIZE:
+            length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+            end = pos + HEADER_SIZE + length
+            if (
+                end > size
+                or length == 0
+                or length == MAX_CHUNK
+                or buf[pos + 3] != seq
+                or buf[pos + HEADER_SIZE] >= EOF_HEADER
+            ):
+                break
+            append(bytes(buf[pos + HEADER_SIZE : end]))
+            seq = (seq + 1) & 0xFF
+            pos = end
+        self._pos, self.expected_sequence = pos, seq
+
 
 # ---------------------------------------------------------------------- encodings
 

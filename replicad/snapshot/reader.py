@@ -21,6 +21,7 @@ chunk costs a scan up to its offset: said in the log).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import time
@@ -337,6 +338,38 @@ async def read_chunks(
         if key:
             after = row_key(plan, parse(packets[-1]))
         offset += len(packets)
+
+
+async def read_ahead(chunks: AsyncIterator[list[bytes]]) -> AsyncIterator[list[bytes]]:
+    """The chunks of `chunks`, the next one read while the caller handles the last: the
+    server runs the next chunk's query while this process writes the messages of the one
+    before (one more chunk in memory; the caller's work need not yield to the event loop).
+    When the caller stops early, a read in flight is cancelled: the read view's connection
+    is closed after it anyway."""
+    queue: asyncio.Queue[list[bytes] | BaseException | None] = asyncio.Queue(maxsize=1)
+
+    async def fill() -> None:
+        try:
+            async for chunk in chunks:
+                await queue.put(chunk)
+                await queue.join()  # taken: only then the next read starts
+        except Exception as exc:  # raised where the caller takes the next chunk
+            await queue.put(exc)
+        else:
+            await queue.put(None)
+
+    task = asyncio.create_task(fill())
+    try:
+        while (item := await queue.get()) is not None:
+            queue.task_done()
+            if isinstance(item, BaseException):
+                raise item
+            await asyncio.sleep(0)  # the next read sends its query before this chunk's work
+            yield item
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def chunk_sql(

@@ -579,3 +579,47 @@ def test_random_replies_to_commands(bodies: list[bytes]) -> None:
             _drain(conn)
     except ReplicadError:
         pass
+
+
+def _rows_reply(conn: Connection, server: ScriptedServer, payloads: list[bytes]) -> None:
+    """A two-column result set in packets mode, its rows and final OK in one receive."""
+    login(conn, server)
+    server.command(conn.send(Query("SELECT a, b FROM t", packets=True)))
+    server.say(b"\x02")
+    server.say(column_def("a"))
+    server.say(column_def("b"))
+    data = bytearray()
+    for payload in payloads:
+        framed, server.seq = frame(payload, server.seq)
+        data += framed
+    conn.receive_data(bytes(data))
+
+
+def test_rows_in_packets_mode_arrive_whole_and_in_order(
+    conn: Connection, server: ScriptedServer
+) -> None:
+    """Rows taken in bulk (PacketReader.take_rows) and rows it leaves to the one-by-one
+    reader (a first value of 16 MiB or more starts with 0xFE and spans two chunks) come out
+    as the same list of payloads, in order."""
+    huge = b"\xfe" + (MAX_CHUNK + 5).to_bytes(8, "little") + b"x" * (MAX_CHUNK + 5) + b"\xfb"
+    rows = [b"\x011\x012", b"\xfb\x01y", huge, b"\xfc\x2c\x01" + b"z" * 300 + b"\xfb"]
+    rows += [b"\x01%c\xfb" % (48 + i % 10) for i in range(1000)]
+    _rows_reply(conn, server, [*rows, b"\xfe\x00\x00\x02\x00\x00\x00"])
+    (result,) = server.events()
+    assert isinstance(result, ResultSet)
+    assert result.packets == rows and result.rows == []
+    assert conn.state is State.READY
+
+
+def test_an_error_or_a_wrong_sequence_among_bulk_rows_is_raised(
+    conn: Connection, server: ScriptedServer
+) -> None:
+    _rows_reply(conn, server, [b"\x011\x012", b"\xff\x28\x04#HY000Query execution was interrupted"])
+    with pytest.raises(ServerError, match="interrupted"):
+        server.events()
+    other = Connection("repl", PASSWORD)
+    scripted = ScriptedServer(other)
+    _rows_reply(other, scripted, [b"\x011\x012"])
+    other.receive_data(b"\x04\x00\x00\x09\x011\x012")  # sequence id 9, not the next one
+    with pytest.raises(ProtocolError, match="sequence id"):
+        scripted.events()

@@ -127,7 +127,7 @@ ROW = [
     b"9999-12-31 23:59:59.99",
     b"2038-01-19 03:14:07.500",
     b"-838:59:59.000000",
-    "a \"quoted\" \\ \n\t\x01 é 𝄞 ✓".encode(),
+    'a "quoted" \\ \n\t\x01 é 𝄞 ✓'.encode(),
     "three-byte ü".encode(),
     bytes(range(0x20, 0x100)),
     b"\xe1\xe2\xe3 ",
@@ -206,9 +206,11 @@ def test_the_marker_and_numbering_follow_the_reads(marker: str) -> None:
 def test_keys_are_the_primary_key_columns() -> None:
     columns = (col("a", "int"), col("b", "varchar", charset="utf8mb4"), col("v", "double"))
     table = plan(columns, key=("b", "a"))
-    read = reads(table, [packet([b"1", b"x\"y", b"2.5"]), packet([b"-3", "é".encode(), None])])
+    read = reads(table, [packet([b"1", b'x"y', b"2.5"]), packet([b"-3", "é".encode(), None])])
     lines = EnvelopeLines("pipe", replay=True)
-    encoded = ReadEncoder(lines.writer).encode(read, read.ts_ms, lines=False, key=(KEY_COLUMNS, None))
+    encoded = ReadEncoder(lines.writer).encode(
+        read, read.ts_ms, lines=False, key=(KEY_COLUMNS, None)
+    )
     assert encoded is not None
     messages, _, _ = encoded
     changes = read.changes()
@@ -276,8 +278,6 @@ RANDOM_COLUMNS = (
 @given(st.data())
 def test_random_rows_are_written_as_the_row_path_writes_them(data) -> None:
     rows = data.draw(st.integers(1, 6))
-    packets = [
-        packet([_server_text(c, data.draw) for c in RANDOM_COLUMNS]) for _ in range(rows)
-    ]
+    packets = [packet([_server_text(c, data.draw) for c in RANDOM_COLUMNS]) for _ in range(rows)]
     compiled, expected = both_paths(reads(plan(RANDOM_COLUMNS), packets))
     assert compiled == expected
