@@ -8,7 +8,12 @@ replicad the figure is the snapshot's own time (`snapshot_done` in its log: from
 chunk to the last acknowledged read, without process start-up), plus its wall time from
 spawn to the log line; CPU and peak RSS are the replicad process's own.
 
-    python3 bench/snapshot.py [--rows 300000] [--chunk-rows 10000]
+With --kafka, the same rows also go to a private Apache Kafka twice: read by an initial
+snapshot (`snapshot.mode: initial_only`), and streamed from the binlog position before the
+INSERT that wrote them (one transaction); for each, spawn -> last message consumed and from
+the first message consumed to the last, with replicad's CPU at that point.
+
+    python3 bench/snapshot.py [--rows 300000] [--chunk-rows 10000] [--kafka]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness import kafka_broker
 from bench.harness.children import python_env, stop_process
 from bench.harness.mariadb import MARIADB_PORT
 from bench.harness.paths import ROOT
@@ -35,14 +41,66 @@ from bench.workloads.ten_columns import create_table, insert_rows, recreate_data
 DB = "bench_snapshot"
 
 
-def prepare(rows: int) -> None:
+def prepare(rows: int) -> dict[str, str | int]:
+    """The table with `rows` rows, written by one INSERT; the binlog position before it."""
     conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
     with conn.cursor() as cur:
         recreate_database(cur, DB)
         cur.execute(create_table())
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
         cur.execute(insert_rows(1, rows))
     conn.commit()
     conn.close()
+    return {"file": str(file), "pos": int(pos)}
+
+
+def to_kafka(
+    bootstrap: str, workdir: Path, rows: int, start: dict[str, str | int] | None
+) -> dict[str, float]:
+    """replicad into Kafka: an initial snapshot of the table (start None), else streaming
+    from `start`; timed until `rows` messages of its topic are consumed."""
+    name = "snapshot" if start is None else "stream"
+    config = workdir / f"{name}.yaml"
+    source = {"host": "127.0.0.1", "port": MARIADB_PORT, "user": "repl"}
+    source |= {"password_env": "BENCH_PW", "server_id": 7991}
+    if start is not None:
+        source["start"] = start
+    settings = {
+        "pipeline": f"bench-{name}",
+        "source": source,
+        "sinks": {"kafka": {"bootstrap_servers": bootstrap, "prefix": f"bench-{name}"}},
+        "coordination": {"local": {"path": str(workdir / f"{name}-position.json")}},
+        "filters": {"include": [rf"{DB}\.t"]},
+        "snapshot": {"mode": "initial_only" if start is None else "never"},
+        "log": {"format": "json", "level": "info"},
+    }
+    config.write_text(json.dumps(settings))  # JSON is YAML
+    reader = kafka_broker.TopicReader(bootstrap, f"bench-{name}.{DB}.t")
+    started = time.perf_counter()
+    with (workdir / f"{name}.log").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "replicad.cli", "run", "-c", str(config)],
+            cwd=ROOT,
+            env={**python_env(), "BENCH_PW": "repl"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    seen, first, cpu = 0, 0.0, 0.0
+    try:
+        while seen < rows:
+            if time.perf_counter() - started > 600:
+                raise TimeoutError(f"{name}: {seen:,} of {rows:,} messages after 600 s")
+            batch = reader.batch()
+            if batch and not seen:
+                first = time.perf_counter()
+            seen += len(batch)
+            cpu = cpu_seconds(proc.pid) or cpu
+        last = time.perf_counter()
+    finally:
+        reader.close()
+        stop_process(proc, 30)
+    return {"wall": last - started, "streaming": last - first, "cpu": cpu}
 
 
 def mariadb_dump() -> dict[str, float]:
@@ -115,12 +173,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--chunk-rows", type=int, default=10_000)
+    parser.add_argument("--kafka", action="store_true", help="also snapshot vs stream to Kafka")
     args = parser.parse_args()
-    prepare(args.rows)
+    start = prepare(args.rows)
     with tempfile.TemporaryDirectory() as tmp:
         dump = mariadb_dump()
         ours = replicad(args.chunk_rows, Path(tmp))
         dump_again = mariadb_dump()  # before and after: the page cache is warm for both
+        if args.kafka:
+            kafka_runs(args.rows, Path(tmp), start)
     best_dump = min(dump["seconds"], dump_again["seconds"])
     rows = args.rows
     print(
@@ -152,6 +213,35 @@ def main() -> None:
         f"\nreplicad: {ours['rows']} reads, CPU {ours['cpu']:.2f} s, peak RSS "
         f"{ours['peak_rss_kb'] / 1024:.0f} MiB, chunks of {args.chunk_rows} rows; "
         f"mariadb-dump runs: {dump['seconds']:.2f} s, {dump_again['seconds']:.2f} s"
+    )
+
+
+def kafka_runs(rows: int, workdir: Path, start: dict[str, str | int]) -> None:
+    broker = kafka_broker.PrivateKafka(workdir / "kafka")
+    bootstrap = broker.start()
+    try:
+        snapshot = to_kafka(bootstrap, workdir, rows, None)
+        stream = to_kafka(bootstrap, workdir, rows, start)
+    finally:
+        broker.stop()
+    print(
+        "\n"
+        + grid(
+            ("into Kafka", "spawn to last", "first to last", "rows/s (first to last)", "CPU s"),
+            [
+                (
+                    label,
+                    f"{run['wall']:.2f}",
+                    f"{run['streaming']:.2f}",
+                    f"{rows / run['streaming']:,.0f}",
+                    f"{run['cpu']:.2f}",
+                )
+                for label, run in (("snapshot", snapshot), ("streaming the INSERT", stream))
+            ],
+        )
+    )
+    print(
+        f"snapshot / streaming, first to last: {stream['streaming'] / snapshot['streaming']:.2f}x"
     )
 
 

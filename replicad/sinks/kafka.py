@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 import structlog
@@ -355,7 +355,6 @@ class KafkaSink:
         tombstones = self.config.tombstones
         limit = self.config.max_message_bytes
         unit = self.tracker.current
-        produce = self._produce
         if isinstance(self.producer, ProducerPool) and not self._pending:
             if topic in self.topics.ready:
                 # Producer processes: the event split by key in one call, headers built there.
@@ -373,6 +372,13 @@ class KafkaSink:
         # without its per-message checks. From the first message that cannot go that way
         # (queue full, too large), the rest go through `_send_raw`, in order.
         direct = not self._pending and topic in self.topics.ready
+        if direct:
+            self._ready_to_produce()
+        # `_produce` inline (this loop runs once per message): the checks before the first
+        # message hold for the rest, since nothing commits while the pipeline publishes.
+        # librdkafka's Producer or the ProducerPool: the same call.
+        send: Callable[..., None] = self.producer.produce
+        delivered, since_poll = unit.delivered, self._since_poll
         sent = 0
         for op, row, key_bytes, value in messages:
             headers = last
@@ -385,15 +391,29 @@ class KafkaSink:
                 for message in (value, None) if tombstone else (value,):
                     sent += 1
                     unit.outstanding += 1  # counted before it is queued, as in `_send_raw`
-                    if direct and produce(topic, key_bytes, message, headers, unit):
-                        continue
+                    if direct:
+                        try:
+                            send(topic, message, key_bytes, on_delivery=delivered, headers=headers)
+                        except BufferError:
+                            self._poll()
+                        except KafkaException as exc:
+                            self._refused(exc, topic)
+                        else:
+                            since_poll += 1
+                            if since_poll >= POLL_EVERY:
+                                since_poll = 0
+                                self._poll()
+                            continue
+                        self._since_poll, direct = since_poll, False
                     self._pending.append((topic, key_bytes, message, headers, unit, -1))
-                    direct = False
                 continue
-            direct = False
+            if direct:
+                self._since_poll, direct = since_poll, False
             self._send_raw(topic, key_bytes, value, headers)
             if tombstone:
                 self._send_raw(topic, key_bytes, None, headers)
+        if direct:
+            self._since_poll = since_poll
         self._since_mark += sent
         return count
 
@@ -506,17 +526,11 @@ class KafkaSink:
         partition: int = -1,
     ) -> bool:
         """Hand one (already counted) message to librdkafka; False when its queue is full."""
-        producer = self.producer
-        if self._committing:  # the pipeline's gate keeps publishing and commits apart
-            raise SinkUnavailableError("internal: a message was published during a Kafka commit")
-        if self.exactly_once and not self._in_kafka_txn:
-            if self._fatal is not None:  # no new transaction after an aborted one
-                raise self._fatal
-            self._begin_kafka_transaction()
+        self._ready_to_produce()
         try:
             # ignore: the stub's list[tuple[str, str | bytes | None]] is invariant; a list of
             # (str, bytes) is one of the values it accepts.
-            producer.produce(
+            self.producer.produce(
                 topic,
                 value,
                 key,
@@ -528,28 +542,42 @@ class KafkaSink:
             self._poll()
             return False
         except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() == KafkaError._FATAL:
-                # The cause (e.g. fenced) comes out of poll() or error_cb: report that.
-                self._poll()
-                if self._fatal is not None:
-                    raise self._fatal from None
-            if self.exactly_once and err.code() == KafkaError._STATE:
-                # The transaction failed underneath (fenced, timed out): the abort, when it
-                # may run, says which.
-                self._fail_transaction("the transaction is in an error state")
-                raise SinkUnavailableError(
-                    f"the Kafka transaction is in an error state ({err.str()}); a restart "
-                    "resumes from the last committed position",
-                    topic=topic,
-                ) from None
-            raise _fenced_or(err, "Kafka refused a message", topic=topic) from None
+            self._refused(exc, topic)
         # Inline, not shared with publish_event's pool branch: this runs once per message.
         self._since_poll += 1
         if self._since_poll >= POLL_EVERY:
             self._since_poll = 0
             self._poll()
         return True
+
+    def _ready_to_produce(self) -> None:
+        """Before a message goes to librdkafka: not inside a commit, and, exactly-once, a
+        Kafka transaction open (none after an aborted one)."""
+        if self._committing:  # the pipeline's gate keeps publishing and commits apart
+            raise SinkUnavailableError("internal: a message was published during a Kafka commit")
+        if self.exactly_once and not self._in_kafka_txn:
+            if self._fatal is not None:  # no new transaction after an aborted one
+                raise self._fatal
+            self._begin_kafka_transaction()
+
+    def _refused(self, exc: KafkaException, topic: str) -> NoReturn:
+        """librdkafka refused a message (not for a full queue): the error that says why."""
+        err = exc.args[0]
+        if err.code() == KafkaError._FATAL:
+            # The cause (e.g. fenced) comes out of poll() or error_cb: report that.
+            self._poll()
+            if self._fatal is not None:
+                raise self._fatal from None
+        if self.exactly_once and err.code() == KafkaError._STATE:
+            # The transaction failed underneath (fenced, timed out): the abort, when it
+            # may run, says which.
+            self._fail_transaction("the transaction is in an error state")
+            raise SinkUnavailableError(
+                f"the Kafka transaction is in an error state ({err.str()}); a restart "
+                "resumes from the last committed position",
+                topic=topic,
+            ) from None
+        raise _fenced_or(err, "Kafka refused a message", topic=topic) from None
 
     def _headers(self, change: RowChange) -> list[tuple[str, bytes]] | None:
         first, last = self._header_parts_of(change)
