@@ -200,7 +200,7 @@ class Pipeline:
             config,
             password,
             includes=self.filter.includes,
-            publish=self._publish_read,
+            publish=self._publish_reads,
             leading=lambda: self.lease is None or self.lease.valid,
             requests=sources,
         )
@@ -334,30 +334,34 @@ class Pipeline:
         return self.snapshots.tables
 
     async def _emit_reads(self, reads: Sequence[ReadRows], mark: Checkpoint | None) -> None:
-        """Reads of the initial snapshot, then a mark at `mark` (if any), as one step. A
-        single sink that takes whole chunks (`EventSink`) is offered each first, the faster
-        route to the same messages; where it declines, the reads go one by one."""
+        """Reads of the initial snapshot, then a mark at `mark` (if any), as one step."""
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        sink = self._event_sink
         async with self._gate:
             for run in reads:
-                count = None
-                if sink is not None:
-                    if self._tick_failure is not None:
-                        raise self._tick_failure
-                    await self._hold_lease()
-                    count = sink.publish_reads(run)
-                if count is None:
-                    for read in run.changes():
-                        await self._publish_read(read)
-                    continue
-                self._count_reads(run.schema.db, run.schema.table, count)
-                if sink is not None and sink.backlogged:
-                    await sink.wait_for_room()
+                await self._publish_reads(run)
             if mark is not None:
                 checkpointer.mark(mark, True)
                 await self._after_mark(checkpointer)
+
+    async def _publish_reads(self, reads: ReadRows) -> None:
+        """A snapshot's reads (op "r"), published and counted beside the stream's rows. A
+        single sink that takes whole chunks (`EventSink`) is offered them first, the faster
+        route to the same messages; where it declines, they go one by one."""
+        sink = self._event_sink
+        count = None
+        if sink is not None:
+            if self._tick_failure is not None:
+                raise self._tick_failure
+            await self._hold_lease()
+            count = sink.publish_reads(reads)
+        if count is None:
+            for read in reads.changes():
+                await self._publish_read(read)
+            return
+        self._count_reads(reads.schema.db, reads.schema.table, count)
+        if sink is not None and sink.backlogged:
+            await sink.wait_for_room()
 
     async def _publish_read(self, change: RowChange) -> None:
         """A snapshot's read (op "r"): published and counted beside the stream's rows."""

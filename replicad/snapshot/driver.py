@@ -75,8 +75,8 @@ class Requests(Protocol):
     def complete(self, request_id: str, state: str, result: dict[str, Any]) -> None: ...
 
 
-# Publishes one read through the pipeline's filters and sinks (lease checked, rows counted).
-Publish = Callable[[RowChange], Awaitable[None]]
+# Publishes reads through the pipeline's filters and sinks (lease checked, rows counted).
+Publish = Callable[[ReadRows], Awaitable[None]]
 # Publishes the reads of an initial snapshot, then places a mark at the checkpoint (if any).
 Emit = Callable[[Sequence[ReadRows], Checkpoint | None], Awaitable[None]]
 OpenReader = Callable[[], Awaitable[ChunkReader]]
@@ -355,31 +355,30 @@ class SnapshotDriver:
             return
         request = active.request
         finished = state.active is None
-        reads = snapshot_reader.reads(
-            plan,
-            rows,
-            (change.file, change.pos),
-            change.server_id,
-            int(time.time() * 1000),
-            first_row,
-            marker="incremental",
-        )
+        at, ts_ms = (change.file, change.pos), int(time.time() * 1000)
         if request.initial:  # the initial snapshot's tables keep its marks
-            snapshot_reader.mark_initial(
-                reads,
+            reads = snapshot_reader.initial_reads(
+                plan,
+                rows,
+                at,
+                change.server_id,
+                ts_ms,
+                first_row,
                 first_table=request.id == self._first_initial,
                 last_table=finished and not any(r.initial for r in state.queue),
                 starts_table=first_row == 0,
                 ends_table=finished,
             )
-        for read in reads:
-            await self._publish(read)
+        else:
+            reads = [snapshot_reader.read_rows(plan, rows, at, change.server_id, ts_ms, first_row)]
+        for run in reads:
+            await self._publish(run)
         self.progress = state.progress()
         log.info(
             "snapshot_chunk_emitted",
             table=plan.name,
-            rows=len(reads),
-            dropped=chunk_size - len(reads),
+            rows=len(rows),
+            dropped=chunk_size - len(rows),
             finished=finished,
         )
         if finished:

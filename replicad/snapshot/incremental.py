@@ -141,7 +141,8 @@ class Window:
     key: tuple[str, ...]
     low_seen: bool = False
     touched: set[tuple[Any, ...]] = field(default_factory=set)
-    rows: list[dict[str, Any]] | None = None  # the chunk, once the SELECT returned
+    rows: list[bytes] | None = None  # the chunk's row packets, once the SELECT returned
+    keys: list[tuple[Any, ...]] | None = None  # their values of `key`, in the same order
     after: list[str] | None = None  # key literals of the chunk's last row
     full: bool = False  # as many rows as asked: the table may have more
 
@@ -305,7 +306,7 @@ class IncrementalSnapshots:
         self.window = Window(uuid.uuid4().hex, db, table, tuple(key))
         return self.window
 
-    def watermark(self, kind: str, window_id: str) -> list[dict[str, Any]] | None:
+    def watermark(self, kind: str, window_id: str) -> list[bytes] | None:
         """A watermark row seen in the stream. At the high watermark of the open window:
         the chunk's rows that no change inside the window touched (to emit as reads), and the
         progress moves past the chunk. Else None."""
@@ -315,10 +316,10 @@ class IncrementalSnapshots:
         if kind == "low":
             window.low_seen = True
             return None
-        if kind != "high" or not window.low_seen or window.rows is None:
+        if kind != "high" or not window.low_seen or window.rows is None or window.keys is None:
             return None
-        key = window.key
-        rows = [r for r in window.rows if tuple(r[k] for k in key) not in window.touched]
+        touched = window.touched
+        rows = [r for r, k in zip(window.rows, window.keys, strict=True) if k not in touched]
         active = self.active
         assert active is not None
         active.chunks += 1

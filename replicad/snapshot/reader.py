@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from replicad.binlog.changes import ReadRows, RowChange
+from replicad.binlog.changes import ReadRows
 from replicad.binlog.column_types import TableDescription
 from replicad.binlog.gtid import GtidSet, MariaGtidPosition
 from replicad.binlog.position import Position
@@ -414,17 +414,19 @@ def row_parser(plan: TablePlan) -> Callable[[bytes], dict[str, Any]]:
     return parse
 
 
-def parse_rows(plan: TablePlan, result: Any) -> list[dict[str, Any]]:
-    """A result set of `plan.select`, read raw (every value bytes or None), as rows of the
-    binlog decoders' values."""
-    columns = list(zip(plan.column_names, plan.parsers, strict=True))
-    rows = []
-    for values in result.rows:
-        row = {}
-        for (name, parse), raw in zip(columns, values, strict=False):  # lengths: the reader checked
-            row[name] = None if raw is None else parse(raw)
-        rows.append(row)
-    return rows
+def key_parser(plan: TablePlan, key: Sequence[str]) -> Callable[[bytes], tuple[Any, ...]]:
+    """A row packet of `plan.select` -> its values of the columns `key` (the others are not
+    parsed), as the binlog decoders give them."""
+    names = tuple(plan.column_names)
+    parsers = plan.parsers
+    undecoded = (False,) * len(names)
+    wanted = [(names.index(k), parsers[names.index(k)]) for k in key]
+
+    def parse(packet: bytes) -> tuple[Any, ...]:
+        values = parse_text_row(packet, names, undecoded)
+        return tuple(None if values[i] is None else p(values[i]) for i, p in wanted)
+
+    return parse
 
 
 def row_key(plan: TablePlan, row: dict[str, Any]) -> list[str]:
@@ -487,16 +489,11 @@ def initial_reads(
     if ends_table and count - 1 > cuts[-1]:
         cuts.append(count - 1)
     cuts.append(count)
-    parse, parsers = row_parser(plan), tuple(plan.parsers)
     return [
-        ReadRows(
-            plan.description,
-            plan.primary_key,
+        read_rows(
+            plan,
             packets[start:end],
-            parse,
-            parsers,
-            at[0],
-            at[1],
+            at,
             server_id,
             ts_ms,
             first_row + start,
@@ -512,45 +509,25 @@ def initial_reads(
     ]
 
 
-def mark_initial(
-    reads: Sequence[RowChange],
-    *,
-    first_table: bool,
-    last_table: bool,
-    starts_table: bool,
-    ends_table: bool,
-) -> None:
-    """Mark consecutive reads of one table of the initial snapshot (`initial_marker`):
-    `starts_table`, the first of them is the table's first read; `ends_table`, the last is
-    its last."""
-    last = len(reads) - 1
-    for i, read in enumerate(reads):
-        read.snapshot = initial_marker(
-            first_table=first_table,
-            last_table=last_table,
-            first_in_table=starts_table and i == 0,
-            last_in_table=ends_table and i == last,
-        )
-
-
-def reads(
+def read_rows(
     plan: TablePlan,
-    rows: list[dict[str, Any]],
+    packets: list[bytes],
     at: tuple[str | None, int | None],
     server_id: int,
     ts_ms: int,
     first_row: int,
-    marker: str = "true",
-) -> list[RowChange]:
-    """Snapshot rows as op "r" changes at binlog coordinates `at` (the snapshot's position, or
-    an incremental chunk's high watermark); `row` counts the table's rows, so
-    `(file, pos, row, op)` stays unique per table."""
-    parsed = ReadRows(
+    marker: str = "incremental",
+) -> ReadRows:
+    """Row packets of `plan.select` as reads (op "r") at binlog coordinates `at` (the
+    snapshot's position, or an incremental chunk's high watermark), numbered from
+    `first_row`: the row counts the table's rows, so `(file, pos, row, op)` stays unique
+    per table."""
+    return ReadRows(
         plan.description,
         plan.primary_key,
-        [],
+        packets,
         row_parser(plan),
-        (),
+        tuple(plan.parsers),
         at[0],
         at[1],
         server_id,
@@ -558,4 +535,3 @@ def reads(
         first_row,
         marker,
     )
-    return [parsed.change(row, first_row + i) for i, row in enumerate(rows)]

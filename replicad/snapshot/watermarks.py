@@ -16,7 +16,14 @@ from replicad.errors import ServerError
 from replicad.protocol.transport import AsyncConnection
 from replicad.snapshot.columns import quote_name
 from replicad.snapshot.incremental import SnapshotRequest, SnapshotRequestError, Window
-from replicad.snapshot.reader import TablePlan, chunk_sql, parse_rows, plan_tables, row_key
+from replicad.snapshot.reader import (
+    TablePlan,
+    chunk_sql,
+    key_parser,
+    plan_tables,
+    row_key,
+    row_parser,
+)
 from replicad.source.stream import ServerInfo
 
 log = structlog.get_logger("replicad.snapshot")
@@ -115,7 +122,8 @@ class ChunkReader:
         one read (a table with no key to order chunks by)."""
         await self._write("low", window.id)
         rows, last = await self._chunk(plan, after, where, chunk_rows)
-        window.rows = rows
+        key_of = key_parser(plan, window.key)
+        window.rows, window.keys = rows, [key_of(row) for row in rows]
         window.after = last
         window.full = chunk_rows is not None and len(rows) == chunk_rows
         await self._write("high", window.id)
@@ -129,16 +137,17 @@ class ChunkReader:
 
     async def _chunk(
         self, plan: TablePlan, after: list[str] | None, where: str | None, limit: int | None
-    ) -> tuple[list[dict], list[str] | None]:
+    ) -> tuple[list[bytes], list[str] | None]:
+        """The chunk's row packets and the key literals of its last row."""
         sql = chunk_sql(plan, after=after, where=where, limit=limit)
         try:
-            result = await self.conn.query(sql, raw=True)
+            result = await self.conn.query(sql, packets=True)
         except ServerError as exc:
             raise SnapshotRequestError(
                 f"reading a chunk failed: {exc}", table=plan.name, where=where
             ) from None
-        rows = parse_rows(plan, result)
-        last = row_key(plan, rows[-1]) if rows and plan.chunk_key else after
+        rows = result.packets
+        last = row_key(plan, row_parser(plan)(rows[-1])) if rows and plan.chunk_key else after
         return rows, last
 
     async def _signal_exists(self) -> bool:

@@ -10,6 +10,7 @@ from replicad.snapshot.incremental import (
     IncrementalSnapshots,
     SnapshotRequest,
     SnapshotRequestError,
+    Window,
     new_request,
 )
 
@@ -24,6 +25,13 @@ def rows(*ids: int) -> list[dict]:
     return [{"id": i, "v": i * 10} for i in ids]
 
 
+def fill(window: Window, chunk: list[dict], after: list[str], full: bool) -> None:
+    """The chunk as the reader leaves it in the window: its rows (here the dicts stand for
+    the packets) and their key values."""
+    window.rows, window.keys = chunk, [(row["id"],) for row in chunk]
+    window.after, window.full = after, full
+
+
 def started(chunk_rows: int = 3) -> IncrementalSnapshots:
     snapshots = IncrementalSnapshots()
     snapshots.add(SnapshotRequest("r1", "d.t", None, chunk_rows))
@@ -36,7 +44,7 @@ def test_rows_changed_inside_the_window_are_dropped_from_the_chunk() -> None:
     window = snapshots.open_window(["id"])
     snapshots.touches(change("u", {"id": 1, "v": 0}, {"id": 1, "v": 1}))  # before low: kept
     assert snapshots.watermark("low", window.id) is None
-    window.rows, window.after, window.full = rows(1, 2, 3), ["3"], True
+    fill(window, rows(1, 2, 3), ["3"], True)
     snapshots.touches(change("u", {"id": 2, "v": 20}, {"id": 2, "v": 21}))
     snapshots.touches(change("c", None, {"id": 9, "v": 0}))  # not in the chunk: no effect
     snapshots.touches(change("d", {"id": 3, "v": 30}, None, table="other"))  # other table
@@ -51,7 +59,7 @@ def test_a_primary_key_change_touches_the_old_and_the_new_key() -> None:
     snapshots = started()
     window = snapshots.open_window(["id"])
     snapshots.watermark("low", window.id)
-    window.rows, window.after, window.full = rows(1, 2, 3), ["3"], True
+    fill(window, rows(1, 2, 3), ["3"], True)
     snapshots.touches(change("u", {"id": 1, "v": 10}, {"id": 3, "v": 10}))
     assert snapshots.watermark("high", window.id) == rows(2)
 
@@ -59,7 +67,7 @@ def test_a_primary_key_change_touches_the_old_and_the_new_key() -> None:
 def test_watermarks_of_another_window_or_out_of_order_are_ignored() -> None:
     snapshots = started()
     window = snapshots.open_window(["id"])
-    window.rows, window.after, window.full = rows(1), ["1"], False
+    fill(window, rows(1), ["1"], False)
     assert snapshots.watermark("high", window.id) is None  # high before low: not a window
     assert snapshots.watermark("low", "someone-else") is None
     assert not window.low_seen
@@ -73,7 +81,7 @@ def test_a_short_chunk_finishes_the_table_and_the_next_request_starts() -> None:
     snapshots.add(SnapshotRequest("r2", "d.u", None, 3))
     window = snapshots.open_window(["id"])
     snapshots.watermark("low", window.id)
-    window.rows, window.after, window.full = rows(1), ["1"], False
+    fill(window, rows(1), ["1"], False)
     snapshots.watermark("high", window.id)
     assert snapshots.active is None
     assert [(f.id, f.state, f.rows) for f in snapshots.finished] == [("r1", "done", 1)]
@@ -86,7 +94,7 @@ def test_progress_survives_as_json_and_resumes_after_the_last_key() -> None:
     snapshots.add(SnapshotRequest("r2", "d.u", "v > 1", 5))
     window = snapshots.open_window(["id"])
     snapshots.watermark("low", window.id)
-    window.rows, window.after, window.full = rows(1, 2, 3), ["3"], True
+    fill(window, rows(1, 2, 3), ["3"], True)
     snapshots.watermark("high", window.id)
     progress = snapshots.progress()
     assert progress is not None
@@ -150,7 +158,7 @@ def test_status_shows_the_rate_of_the_active_request(monkeypatch) -> None:
     snapshots.next_table()
     window = snapshots.open_window(["id"])
     snapshots.watermark("low", window.id)
-    window.rows, window.after, window.full = rows(10, 11, 12), ["12"], True
+    fill(window, rows(10, 11, 12), ["12"], True)
     clock[0] = 102.0
     assert snapshots.watermark("high", window.id) == rows(10, 11, 12)
     active = snapshots.status()["active"]

@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
-from replicad.binlog.changes import RowChange
-from replicad.binlog.column_types import table_description
+from replicad.binlog.changes import ReadRows, RowChange
 from replicad.config import load_config
 from replicad.snapshot import driver as driver_module
+from replicad.snapshot.columns import SnapshotColumn, description_of
 from replicad.snapshot.driver import SnapshotDriver
 from replicad.snapshot.incremental import IncrementalSnapshots, SnapshotRequest, Window
 from replicad.snapshot.reader import TablePlan
@@ -57,12 +57,22 @@ class FakeReader:
 
     async def plan(self, request: SnapshotRequest) -> TablePlan:
         db, table = request.db_table
-        return TablePlan(db, table, (), ("id",), ("id",), table_description(db, table, (), ("id",)))
+        columns = (
+            SnapshotColumn("id", "int", "int", False),
+            SnapshotColumn("v", "int", "int", True),
+        )
+        return TablePlan(
+            db, table, columns, ("id",), ("id",), description_of(db, table, columns, ("id",))
+        )
 
     async def read_window(self, plan, window, after, where, chunk_rows) -> None:
         start = 0 if after is None else int(after[0])
         rows = [r for r in self.table if r["id"] > start][:chunk_rows]
-        window.rows = rows
+        # As the server sends them: text-protocol row packets (id, v).
+        window.rows = [
+            b"".join(b"%c%d" % (len(str(r[k])), r[k]) for k in ("id", "v")) for r in rows
+        ]
+        window.keys = [(r["id"],) for r in rows]
         window.after = [str(rows[-1]["id"])] if rows else after
         window.full = len(rows) == chunk_rows
         self.windows.append(window)
@@ -86,8 +96,8 @@ def make(
 ) -> tuple[SnapshotDriver, list[RowChange]]:
     published: list[RowChange] = []
 
-    async def publish(change: RowChange) -> None:
-        published.append(change)
+    async def publish(reads: ReadRows) -> None:
+        published.extend(reads.changes())
 
     async def open_reader() -> Any:
         assert reader is not None
