@@ -19,7 +19,6 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromSt
 from cpython.bytes cimport PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport isfinite
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -863,12 +862,41 @@ cdef inline bint _ascii(const unsigned char *q, Py_ssize_t n) noexcept:
     return True
 
 
-cdef bint _valid_utf8(const unsigned char *q, Py_ssize_t n):
-    """Exactly the strings Python's strict UTF-8 decoder accepts (the pure path's test)."""
-    try:
-        PyUnicode_DecodeUTF8(<char *>q, n, NULL)
-    except UnicodeDecodeError:
-        return False
+cdef bint _valid_utf8(const unsigned char *q, Py_ssize_t n) noexcept:
+    """Exactly the strings Python's strict UTF-8 decoder accepts (the pure path's test):
+    shortest forms only, no surrogates (U+D800-DFFF), nothing above U+10FFFF. Checked here
+    rather than by decoding into a str that is thrown away."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, lo, hi
+    cdef int more, k
+    while i < n:
+        c = q[i]
+        if c < 0x80:
+            i += 1
+            continue
+        lo, hi = 0x80, 0xBF  # the range of the byte after the lead
+        if 0xC2 <= c <= 0xDF:
+            more = 1
+        elif 0xE0 <= c <= 0xEF:
+            more = 2
+            if c == 0xE0:
+                lo = 0xA0  # no overlong three-byte forms
+            elif c == 0xED:
+                hi = 0x9F  # no surrogates
+        elif 0xF0 <= c <= 0xF4:
+            more = 3
+            if c == 0xF0:
+                lo = 0x90  # no overlong four-byte forms
+            elif c == 0xF4:
+                hi = 0x8F  # nothing above U+10FFFF
+        else:
+            return False
+        if more > n - i - 1 or not (lo <= q[i + 1] <= hi):
+            return False
+        for k in range(2, more + 1):
+            if q[i + k] & 0xC0 != 0x80:
+                return False
+        i += more + 1
     return True
 
 

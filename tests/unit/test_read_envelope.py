@@ -260,6 +260,10 @@ def _server_text(column: SnapshotColumn, draw) -> bytes | None:
         return draw(st.dates(min_value=dt.date(1000, 1, 1))).isoformat().encode()
     if column.charset == "latin1":
         return draw(st.binary(max_size=30))
+    if draw(st.booleans()):  # bytes a utf8mb4 column may hold that are not UTF-8 (or are)
+        lead = st.integers(0xC0, 0xFF) | st.integers(0, 0xFF)
+        tail = st.lists(st.integers(0x80, 0xBF) | st.integers(0, 0xFF), max_size=4)
+        return bytes([draw(lead), *draw(tail)]) + draw(st.text(max_size=3)).encode()
     return draw(st.text(max_size=30)).encode()
 
 
@@ -274,10 +278,36 @@ RANDOM_COLUMNS = (
 )
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_rows_are_written_as_the_row_path_writes_them(data) -> None:
     rows = data.draw(st.integers(1, 6))
     packets = [packet([_server_text(c, data.draw) for c in RANDOM_COLUMNS]) for _ in range(rows)]
     compiled, expected = both_paths(reads(plan(RANDOM_COLUMNS), packets))
+    assert compiled == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"\xc0\x80",  # overlong NUL
+        b"\xc1\xbf",
+        b"\xe0\x80\x80",  # overlong three-byte
+        b"\xe0\xa0\x80",  # the first three-byte form
+        b"\xed\x9f\xbf",  # the last before the surrogates
+        b"\xed\xa0\x80",  # a surrogate
+        b"\xf0\x8f\xbf\xbf",  # overlong four-byte
+        b"\xf0\x90\x80\x80",  # the first four-byte form
+        b"\xf4\x8f\xbf\xbf",  # U+10FFFF
+        b"\xf4\x90\x80\x80",  # above U+10FFFF
+        b"\xf5\x80\x80\x80",
+        b"\xe2\x82",  # cut short
+        b"\x80",  # a continuation byte alone
+        b"a\xe2\x82\xacb",  # a euro sign between ASCII
+        b"\xf0\x9f\x99\x82\xf0\x9f",  # an emoji, then a cut one
+    ],
+)
+def test_utf8_text_is_valid_exactly_where_python_says(text: bytes) -> None:
+    columns = (col("id", "int"), col("t", "varchar", charset="utf8mb4"))
+    compiled, expected = both_paths(reads(plan(columns), [packet([b"1", text])]))
     assert compiled == expected
