@@ -726,6 +726,10 @@ class SnapshotConfig(_Strict):
     # statement keeps it from being granted (then the start fails, exit 75, and is retried).
     lock_timeout_s: int = Field(10, ge=1, le=3600)
     chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per SELECT (memory holds one)
+    # A consistent initial snapshot's chunks hold at most about this many bytes of rows: wide
+    # rows are read fewer at a time (a table's first chunk measures them), narrow ones
+    # `chunk_rows` (watermarked chunks take `chunk_rows`, or a request's --chunk-rows).
+    chunk_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30)
     signal: SnapshotSignalConfig = SnapshotSignalConfig()
 
     @field_validator("mode", mode="before")

@@ -283,7 +283,8 @@ class SnapshotDriver:
         held: bytes | None = None
         sent = 0
         rest = [p.name for p in view.plans[index:]]
-        chunks = snapshot_reader.read_chunks(view.conn, plan, chunk_rows)
+        chunk_bytes = self.config.snapshot.chunk_bytes
+        chunks = snapshot_reader.read_chunks(view.conn, plan, chunk_rows, chunk_bytes)
         async for packets in snapshot_reader.read_ahead(chunks):
             progress.rows += len(packets)
             progress.chunks += 1

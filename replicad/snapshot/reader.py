@@ -309,14 +309,27 @@ async def end(conn: AsyncConnection) -> None:
         pass
 
 
+# A table's first chunk: enough rows to measure their width, few enough that wide rows fit.
+FIRST_CHUNK_ROWS = 100
+
+
+def next_chunk_rows(packets: list[bytes], chunk_rows: int, chunk_bytes: int) -> int:
+    """The next chunk's size: as many rows of the width just read as fit `chunk_bytes`,
+    at most `chunk_rows`, at least one."""
+    width = max(1, sum(map(len, packets)) // max(1, len(packets)))
+    return max(1, min(chunk_rows, chunk_bytes // width))
+
+
 async def read_chunks(
-    conn: AsyncConnection, plan: TablePlan, chunk_rows: int
+    conn: AsyncConnection, plan: TablePlan, chunk_rows: int, chunk_bytes: int
 ) -> AsyncIterator[list[bytes]]:
     """The table's rows in chunks, each row its text-protocol packet (`row_parser` parses
-    one; the compiled read path writes them as messages unparsed)."""
+    one; the compiled read path writes them as messages unparsed). A chunk holds at most
+    `chunk_rows` rows and about `chunk_bytes` bytes of them (`next_chunk_rows`)."""
     key = plan.chunk_key
     after: list[str] | None = None
     offset = 0
+    limit = min(chunk_rows, FIRST_CHUNK_ROWS)
     parse = row_parser(plan)
     if not key:
         log.warning(
@@ -325,19 +338,21 @@ async def read_chunks(
             note="read by LIMIT/OFFSET inside the read view: each chunk scans up to its offset",
         )
     while True:
-        sql = chunk_sql(plan, after=after, limit=chunk_rows, offset=0 if key else offset)
+        sql = chunk_sql(plan, after=after, limit=limit, offset=0 if key else offset)
         try:
             result = await conn.query(sql, packets=True)
         except ServerError as exc:
             raise SnapshotError(f"reading the table failed: {exc}", table=plan.name) from None
         packets = result.packets
-        if packets:
-            yield packets
-        if len(packets) < chunk_rows:
+        if len(packets) < limit:  # the table's end
+            if packets:
+                yield packets
             return
         if key:
             after = row_key(plan, parse(packets[-1]))
         offset += len(packets)
+        limit = next_chunk_rows(packets, chunk_rows, chunk_bytes)
+        yield packets
 
 
 async def read_ahead(chunks: AsyncIterator[list[bytes]]) -> AsyncIterator[list[bytes]]:

@@ -32,8 +32,16 @@ def _peak_rss_mib(pid: int) -> float:
     raise AssertionError("no VmHWM in /proc status")
 
 
-@pytest.mark.parametrize("method", ["consistent", "watermarks"])
-def test_a_large_table_is_snapshotted_in_bounded_memory(db, tmp_path, method) -> None:
+@pytest.mark.parametrize(
+    ("method", "chunks"),
+    [
+        ("consistent", "chunk_rows: 500"),
+        ("watermarks", "chunk_rows: 500"),
+        # 20,000 of these rows are 100 MiB: chunk_bytes (4 MiB) keeps the chunks small
+        ("consistent", "chunk_rows: 20000, chunk_bytes: 4194304"),
+    ],
+)
+def test_a_large_table_is_snapshotted_in_bounded_memory(db, tmp_path, method, chunks) -> None:
     conn, name = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE wide (id INT PRIMARY KEY, body MEDIUMTEXT NOT NULL)")
@@ -56,7 +64,7 @@ def test_a_large_table_is_snapshotted_in_bounded_memory(db, tmp_path, method) ->
         password="repl",
         sinks_yaml="  stdout: {path: /dev/null}",
         extra_yaml=(
-            f"snapshot: {{mode: initial, chunk_rows: 500, initial_method: {method}, "
+            f"snapshot: {{mode: initial, {chunks}, initial_method: {method}, "
             f"signal: {{database: {name}, table: replicad_signal}}}}\n"
             f"filters: {{include: ['{name}\\.wide']}}\n"
         ),
