@@ -13,7 +13,11 @@ snapshot (`snapshot.mode: initial_only`), and streamed from the binlog position 
 INSERT that wrote them (one transaction); for each, spawn -> last message consumed and from
 the first message consumed to the last, with replicad's CPU at that point.
 
-    python3 bench/snapshot.py [--rows 300000] [--chunk-rows 10000] [--kafka]
+With --incremental, the same table is also read by an on-demand incremental snapshot
+(`replicad snapshot request`, watermarked chunks of --chunk-rows beside a quiet stream, JSON
+lines to /dev/null): from `snapshot_request_started` to `snapshot_request_done` in its log.
+
+    python3 bench/snapshot.py [--rows 300000] [--chunk-rows 10000] [--kafka] [--incremental]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pymysql
@@ -174,6 +179,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--chunk-rows", type=int, default=10_000)
     parser.add_argument("--kafka", action="store_true", help="also snapshot vs stream to Kafka")
+    parser.add_argument("--incremental", action="store_true", help="also a requested snapshot")
     args = parser.parse_args()
     start = prepare(args.rows)
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,6 +188,14 @@ def main() -> None:
         dump_again = mariadb_dump()  # before and after: the page cache is warm for both
         if args.kafka:
             kafka_runs(args.rows, Path(tmp), start)
+        if args.incremental:
+            run = incremental(args.rows, args.chunk_rows, Path(tmp))
+            print(
+                f"\nincremental snapshot (requested, chunks of {args.chunk_rows}): "
+                f"{run['seconds']:.2f} s, {args.rows / run['seconds']:,.0f} rows/s, "
+                f"{best_dump_rate(dump, dump_again, args.rows) / (args.rows / run['seconds']):.2f}"
+                f"x slower than mariadb-dump; replicad CPU {run['cpu']:.2f} s (whole process)"
+            )
     best_dump = min(dump["seconds"], dump_again["seconds"])
     rows = args.rows
     print(
@@ -214,6 +228,79 @@ def main() -> None:
         f"{ours['peak_rss_kb'] / 1024:.0f} MiB, chunks of {args.chunk_rows} rows; "
         f"mariadb-dump runs: {dump['seconds']:.2f} s, {dump_again['seconds']:.2f} s"
     )
+
+
+def incremental(rows: int, chunk_rows: int, workdir: Path) -> dict[str, float]:
+    """An on-demand incremental snapshot of the table while replicad streams (a quiet source)."""
+    conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
+    with conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {DB}.replicad_signal (id VARCHAR(128) PRIMARY KEY, "
+            "kind VARCHAR(16) NOT NULL, window_id VARCHAR(64) NOT NULL, "
+            "at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"
+        )
+        cur.execute(f"GRANT INSERT, UPDATE, DELETE ON {DB}.replicad_signal TO 'repl'@'127.0.0.1'")
+    conn.close()
+    config = workdir / "incremental.yaml"
+    settings = {
+        "pipeline": "bench-incremental",
+        "source": {
+            "host": "127.0.0.1",
+            "port": MARIADB_PORT,
+            "user": "repl",
+            "password_env": "BENCH_PW",
+            "server_id": 7992,
+            "start": "latest",
+        },
+        "sinks": {"stdout": {"path": "/dev/null"}},
+        "coordination": {"local": {"path": str(workdir / "incremental-position.json")}},
+        "filters": {"include": [rf"{DB}\.t"]},
+        "snapshot": {"signal": {"database": DB, "table": "replicad_signal"}},
+        "log": {"format": "json", "level": "info"},
+    }
+    config.write_text(json.dumps(settings))
+    log = workdir / "incremental.log"
+    env = {**python_env(), "BENCH_PW": "repl"}
+    command = [sys.executable, "-m", "replicad.cli"]
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [*command, "run", "-c", str(config)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        events: dict[str, dict] = {}
+        requested = False
+        deadline = time.monotonic() + 600
+        while "snapshot_request_done" not in events:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"incremental snapshot: {log.read_text()[-3000:]}")
+            for line in log.read_text().splitlines():
+                event = json.loads(line) if line.startswith("{") else {}
+                events.setdefault(str(event.get("event")), event)
+            if not requested and "source_connected" in events:
+                request = ["snapshot", "request", f"{DB}.t", "--chunk-rows", str(chunk_rows)]
+                subprocess.run(
+                    [*command, *request, "-c", str(config)],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                requested = True
+            time.sleep(0.05)
+        cpu = cpu_seconds(proc.pid) or 0.0
+    finally:
+        stop_process(proc, 30)
+    started = datetime.fromisoformat(events["snapshot_request_started"]["timestamp"])
+    done = datetime.fromisoformat(events["snapshot_request_done"]["timestamp"])
+    return {"seconds": (done - started).total_seconds(), "cpu": cpu}
+
+
+def best_dump_rate(first: dict[str, float], second: dict[str, float], rows: int) -> float:
+    return rows / min(first["seconds"], second["seconds"])
 
 
 def kafka_runs(rows: int, workdir: Path, start: dict[str, str | int]) -> None:

@@ -454,6 +454,12 @@ class SnapshotDriver:
                 request.where,
                 request.chunk_rows if plan.chunk_key else None,
             )
+            if self._state.window is not window:
+                # The stream met the high watermark before this task ended, when it could not
+                # start the next chunk (this one was still running): start it now, not at the
+                # next tick (up to half a second per chunk).
+                self._chunk_task = None
+                self._start_chunk()
         except SnapshotRequestError as exc:
             failed = self._state.fail(str(exc))
             self.progress = self._state.progress()

@@ -322,3 +322,31 @@ async def test_a_stop_names_tables_and_leaves_the_others() -> None:
     assert status is not None
     assert {f["id"]: f["state"] for f in status["finished"]} == {"a": "cancelled", "c": "cancelled"}
     assert status["active"]["request"]["id"] == "b"
+
+
+class EagerStream(FakeReader):
+    """A stream faster than the chunk reader's task: both watermarks are met before
+    `read_window` returns (the high watermark's binlog event can arrive before the OK of
+    the statement that wrote it)."""
+
+    driver: SnapshotDriver
+
+    async def read_window(self, plan, window, after, where, chunk_rows) -> None:
+        await super().read_window(plan, window, after, where, chunk_rows)
+        pos = 100 * len(self.windows)
+        await self.driver.seen(*SIGNAL, [watermark("low", window.id, pos)])
+        await self.driver.seen(*SIGNAL, [watermark("high", window.id, pos + 10)])
+
+
+@pytest.mark.asyncio
+async def test_the_next_chunk_starts_at_once_when_the_stream_met_the_high_watermark_first() -> None:
+    table = [{"id": i, "v": i} for i in range(1, 11)]
+    reader = EagerStream(table)
+    inbox = Inbox(("op1", "snapshot", {"table": "d.t", "chunk_rows": 3}))
+    driver, published = make(inbox, reader)
+    reader.driver = driver
+    driver.tick(None)  # the only tick: every later chunk must start without one
+    for _ in range(10):
+        await settle()
+    assert len(reader.windows) == 4  # 3 + 3 + 3 + 1 rows
+    assert [r.after["id"] for r in published] == list(range(1, 11))
