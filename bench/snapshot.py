@@ -46,6 +46,22 @@ from bench.workloads.ten_columns import create_table, insert_rows, recreate_data
 DB = "bench_snapshot"
 
 
+REPLICAD = [sys.executable, "-m", "replicad.cli"]
+ENV = {**python_env(), "BENCH_PW": "repl"}
+
+
+def spawn(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`replicad run` with `config`, its log (stderr) to `log`."""
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            [*REPLICAD, "run", "-c", str(config)],
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
 def prepare(rows: int) -> dict[str, str | int]:
     """The table with `rows` rows, written by one INSERT; the binlog position before it."""
     conn = pymysql.connect(host="127.0.0.1", port=MARIADB_PORT, user="root", password="root")
@@ -83,14 +99,7 @@ def to_kafka(
     config.write_text(json.dumps(settings))  # JSON is YAML
     reader = kafka_broker.TopicReader(bootstrap, f"bench-{name}.{DB}.t")
     started = time.perf_counter()
-    with (workdir / f"{name}.log").open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "replicad.cli", "run", "-c", str(config)],
-            cwd=ROOT,
-            env={**python_env(), "BENCH_PW": "repl"},
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    proc = spawn(config, workdir / f"{name}.log")
     seen, first, cpu = 0, 0.0, 0.0
     try:
         while seen < rows:
@@ -141,14 +150,7 @@ def replicad(chunk_rows: int, workdir: Path) -> dict[str, float | int | None]:
     )
     log = workdir / "replicad.log"
     started = time.perf_counter()
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "replicad.cli", "run", "-c", str(config)],
-            cwd=ROOT,
-            env={**python_env(), "BENCH_PW": "repl"},
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    proc = spawn(config, log)
     done = None
     peak = 0
     cpu = None
@@ -260,16 +262,7 @@ def incremental(rows: int, chunk_rows: int, workdir: Path) -> dict[str, float]:
     }
     config.write_text(json.dumps(settings))
     log = workdir / "incremental.log"
-    env = {**python_env(), "BENCH_PW": "repl"}
-    command = [sys.executable, "-m", "replicad.cli"]
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [*command, "run", "-c", str(config)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    proc = spawn(config, log)
     try:
         events: dict[str, dict] = {}
         requested = False
@@ -283,9 +276,9 @@ def incremental(rows: int, chunk_rows: int, workdir: Path) -> dict[str, float]:
             if not requested and "source_connected" in events:
                 request = ["snapshot", "request", f"{DB}.t", "--chunk-rows", str(chunk_rows)]
                 subprocess.run(
-                    [*command, *request, "-c", str(config)],
+                    [*REPLICAD, *request, "-c", str(config)],
                     cwd=ROOT,
-                    env=env,
+                    env=ENV,
                     check=True,
                     capture_output=True,
                 )

@@ -494,8 +494,8 @@ def initial_reads(
     starts_table: bool,
     ends_table: bool,
 ) -> list[ReadRows]:
-    """Consecutive rows of one table of the initial snapshot (`reads`' coordinates and
-    numbering), in runs that share their marker (`initial_marker`: the table's first and
+    """Consecutive rows of one table of the initial snapshot (coordinates and numbering as
+    `read_rows`), in runs that share their marker (`initial_marker`: the table's first and
     last row have their own)."""
     count = len(packets)
     cuts = [0]
