@@ -285,26 +285,28 @@ class SnapshotDriver:
         rest = [p.name for p in view.plans[index:]]
         chunk_bytes = self.config.snapshot.chunk_bytes
         chunks = snapshot_reader.read_chunks(view.conn, plan, chunk_rows, chunk_bytes)
-        async for packets in snapshot_reader.read_ahead(chunks):
-            progress.rows += len(packets)
-            progress.chunks += 1
-            batch = ([] if held is None else [held]) + packets[:-1]
-            resume = None
-            if view.resumable and plan.chunk_key and batch:
-                resume = IncrementalSnapshots.resuming(
-                    rest,
-                    chunk_rows,
-                    snapshot_reader.row_key(plan, parse(batch[-1])),
-                    progress.chunks,
-                    progress.rows - 1,
-                )
-            mark = None if resume is None else Checkpoint(position, resume.progress())
-            await emit(reads(batch, sent, False), mark)
-            sent += len(batch)
-            held = packets[-1]
-            if self._stopping:
-                log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
-                return False
+        # Closed on an early return too: no read of the next chunk goes on beside `end`.
+        async with contextlib.aclosing(snapshot_reader.read_ahead(chunks)) as ahead:
+            async for packets in ahead:
+                progress.rows += len(packets)
+                progress.chunks += 1
+                batch = ([] if held is None else [held]) + packets[:-1]
+                resume = None
+                if view.resumable and plan.chunk_key and batch:
+                    resume = IncrementalSnapshots.resuming(
+                        rest,
+                        chunk_rows,
+                        snapshot_reader.row_key(plan, parse(batch[-1])),
+                        progress.chunks,
+                        progress.rows - 1,
+                    )
+                mark = None if resume is None else Checkpoint(position, resume.progress())
+                await emit(reads(batch, sent, False), mark)
+                sent += len(batch)
+                held = packets[-1]
+                if self._stopping:
+                    log.warning("snapshot_interrupted", table=plan.name, rows=progress.rows)
+                    return False
         rest = rest[1:]
         after_table = None
         if view.resumable and rest:

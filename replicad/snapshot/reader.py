@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -355,7 +355,9 @@ async def read_chunks(
         yield packets
 
 
-async def read_ahead(chunks: AsyncIterator[list[bytes]]) -> AsyncIterator[list[bytes]]:
+async def read_ahead(
+    chunks: AsyncIterator[list[bytes]],
+) -> AsyncGenerator[list[bytes], None]:
     """The chunks of `chunks`, the next one read while the caller handles the last: the
     server runs the next chunk's query while this process writes the messages of the one
     before (one more chunk in memory; the caller's work need not yield to the event loop).
