@@ -262,23 +262,7 @@ class SnapshotDriver:
         position, chunk_rows = view.position, self.config.snapshot.chunk_rows
         progress.started = time.monotonic()
         log.info("snapshot_table_started", table=plan.name, key=list(plan.chunk_key))
-        ts_ms = int(time.time() * 1000)
-
-        def reads(packets: list[bytes], first_row: int, ends_table: bool) -> list[ReadRows]:
-            return snapshot_reader.initial_reads(
-                plan,
-                packets,
-                (position.file, position.pos),
-                view.info.server_id,
-                ts_ms,
-                first_row,
-                first_table=index == 0,
-                last_table=index == len(view.plans) - 1,
-                starts_table=first_row == 0,
-                ends_table=ends_table,
-            )
-
-        parse = snapshot_reader.row_parser(plan)
+        reads = _TableReads(view, index, plan, int(time.time() * 1000))
         # The last row read is held back: marked the table's last if no more follow.
         held: bytes | None = None
         sent = 0
@@ -291,17 +275,17 @@ class SnapshotDriver:
                 progress.rows += len(packets)
                 progress.chunks += 1
                 batch = ([] if held is None else [held]) + packets[:-1]
-                resume = None
+                mark = None
                 if view.resumable and plan.chunk_key and batch:
                     resume = IncrementalSnapshots.resuming(
                         rest,
                         chunk_rows,
-                        snapshot_reader.row_key(plan, parse(batch[-1])),
+                        reads.key_of(batch[-1]),
                         progress.chunks,
                         progress.rows - 1,
                     )
-                mark = None if resume is None else Checkpoint(position, resume.progress())
-                await emit(reads(batch, sent, False), mark)
+                    mark = Checkpoint(position, resume.progress())
+                await emit(reads.of(batch, sent, False), mark)
                 sent += len(batch)
                 held = packets[-1]
                 if self._stopping:
@@ -313,7 +297,7 @@ class SnapshotDriver:
             after_table = Checkpoint(
                 position, IncrementalSnapshots.resuming(rest, chunk_rows).progress()
             )
-        await emit([] if held is None else reads([held], sent, True), after_table)
+        await emit([] if held is None else reads.of([held], sent, True), after_table)
         progress.done = True
         log.info(
             "snapshot_table_done",
@@ -573,3 +557,31 @@ class SnapshotDriver:
         shows them; None where there is nothing to show."""
         initial = [p.to_json() for p in self.tables] or None
         return initial, None if self.progress is None else self._state.status()
+
+
+class _TableReads:
+    """The reads of one table of the initial read view: at the view's position, with the
+    initial snapshot's marks (`initial_reads`), and the chunk key of a read row."""
+
+    def __init__(self, view: ReadView, index: int, plan: TablePlan, ts_ms: int) -> None:
+        self.view, self.index, self.plan, self.ts_ms = view, index, plan, ts_ms
+        self._parse = snapshot_reader.row_parser(plan)
+
+    def of(self, packets: list[bytes], first_row: int, ends_table: bool) -> list[ReadRows]:
+        view = self.view
+        return snapshot_reader.initial_reads(
+            self.plan,
+            packets,
+            (view.position.file, view.position.pos),
+            view.info.server_id,
+            self.ts_ms,
+            first_row,
+            first_table=self.index == 0,
+            last_table=self.index == len(view.plans) - 1,
+            starts_table=first_row == 0,
+            ends_table=ends_table,
+        )
+
+    def key_of(self, packet: bytes) -> list[str]:
+        """The chunk key of the row in `packet` as SQL literals (what progress stores)."""
+        return snapshot_reader.row_key(self.plan, self._parse(packet))
