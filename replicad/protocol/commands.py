@@ -67,9 +67,6 @@ def _check_u32(name: str, value: int) -> None:
 @dataclass(frozen=True, slots=True)
 class Query:
     sql: str
-    # Every value as the bytes the server sent, none decoded: for a reader that parses the
-    # text itself (the snapshot's rows), which would otherwise encode each str back.
-    raw: bool = False
     # Each row as its packet's payload, unparsed (ResultSet.packets): for a reader that
     # parses the rows itself, in C (the snapshot's compiled path).
     packets: bool = False
@@ -289,14 +286,11 @@ class ResultSetReader:
     An ERR in place of a row (the query was killed, a row failed to convert) is raised.
     """
 
-    def __init__(
-        self, column_count: int, *, deprecate_eof: bool, raw: bool = False, packets: bool = False
-    ) -> None:
+    def __init__(self, column_count: int, *, deprecate_eof: bool, packets: bool = False) -> None:
         if column_count == 0:
             raise ProtocolError("result set with zero columns")
         self._count = column_count
         self._deprecate_eof = deprecate_eof
-        self._raw = raw  # Query.raw
         self._packets: list[bytes] | None = [] if packets else None  # Query.packets
         self._decode: tuple[bool, ...] = ()
         self._columns: list[ResultColumn] = []
@@ -319,7 +313,7 @@ class ResultSetReader:
             if len(self._columns) == self._count:
                 self._frozen = tuple(self._columns)
                 self._names = tuple(c.name for c in self._frozen)
-                self._decode = tuple(not (self._raw or c.binary) for c in self._frozen)
+                self._decode = tuple(not c.binary for c in self._frozen)
                 self._step = "rows" if self._deprecate_eof else "columns-eof"
             return None
         if self._step == "columns-eof":

@@ -212,7 +212,6 @@ class Connection:
         self._plugin: AuthPlugin | None = None
         self._switched = False
         self._pending_kind: str | None = None
-        self._pending_raw = False  # Query.raw of the command in flight
         self._pending_packets = False  # Query.packets of the command in flight
         self._result: ResultSetReader | None = None
 
@@ -264,7 +263,6 @@ class Connection:
         else:
             self._state = State.COMMAND
             self._pending_kind = kind
-            self._pending_raw = isinstance(command, Query) and command.raw
             self._pending_packets = isinstance(command, Query) and command.packets
         return data
 
@@ -507,7 +505,6 @@ class Connection:
         self._result = ResultSetReader(
             count,
             deprecate_eof=self.deprecate_eof,
-            raw=self._pending_raw,
             packets=self._pending_packets,
         )
         return None

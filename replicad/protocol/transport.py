@@ -96,10 +96,10 @@ class AsyncConnection:
 
     # ------------------------------------------------------------------ commands
 
-    async def query(self, sql: str, *, raw: bool = False, packets: bool = False) -> ResultSet:
-        """Run a statement that returns rows (SELECT, SHOW ...); `raw`: every value as the
-        server's bytes (Query.raw); `packets`: the rows as their packets (Query.packets)."""
-        event = await self._request(Query(sql, raw, packets))
+    async def query(self, sql: str, *, packets: bool = False) -> ResultSet:
+        """Run a statement that returns rows (SELECT, SHOW ...); `packets`: the rows as their
+        packets (Query.packets)."""
+        event = await self._request(Query(sql, packets))
         if not isinstance(event, ResultSet):
             raise ProtocolError("statement returned no result set; use execute()", sql=sql[:80])
         return event

@@ -312,11 +312,7 @@ class KafkaSink:
         changes, or None when the event must go row by row (values converted, columns
         filtered, transaction metadata, schemas in the values, the row as the key, no
         compiled decoder); nothing is sent then."""
-        if (
-            self.values.options is not None
-            or self.filter.rewrites_changes
-            or self.config.transaction_metadata
-        ):
+        if self._rewrites or self.config.transaction_metadata:
             return None
         table = rows.table or rows.event.table_map
         if table is None:
@@ -334,7 +330,7 @@ class KafkaSink:
         `publish` sends for each of `reads.changes()`. Returns the number of rows, or None
         when they must go row by row (as `publish_event`, except that reads belong to no
         transaction, so transaction metadata does not matter); nothing is sent then."""
-        if self.values.options is not None or self.filter.rewrites_changes:
+        if self._rewrites:
             return None
         schema = reads.schema
         key = self.routing.event_key(schema.db, schema.table, reads.primary_key)
@@ -344,6 +340,12 @@ class KafkaSink:
         if encoded is None:
             return None
         return self._send_encoded(*encoded)
+
+    @property
+    def _rewrites(self) -> bool:
+        """Whether the value mode or the filters rewrite changes: then no compiled path
+        writes them (it writes the changes as they are)."""
+        return self.values.options is not None or self.filter.rewrites_changes
 
     def _send_encoded(self, messages: list[Any], change: RowChange, count: int) -> int:
         """The messages the compiled paths wrote for `count` row changes (`change` stands

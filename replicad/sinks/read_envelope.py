@@ -32,7 +32,7 @@ from replicad.sinks.event_envelope import KEY_COLUMNS, KEY_NONE, column_prefixes
 _INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 _TEXTS = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"})
 _BYTES = frozenset({"varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
-_TEMPORAL = {"date": "date", "datetime": "datetime", "timestamp": "timestamp"}
+_TEMPORAL = frozenset({"date", "datetime", "timestamp"})  # their kinds have their names
 
 _CACHED_LAYOUTS = 1024
 
@@ -45,10 +45,8 @@ def text_kind(sql_type: SqlType) -> tuple[str, int, bytes | None]:
         return ("unsigned" if sql_type.unsigned else "signed"), 0, None
     if data_type == "year":
         return "unsigned", 0, None
-    if data_type in ("double", "decimal"):
+    if data_type in ("double", "decimal") or data_type in _TEMPORAL:
         return data_type, 0, None
-    if data_type in _TEMPORAL:
-        return _TEMPORAL[data_type], 0, None
     if data_type == "binary":
         return "padded", sql_type.length or 0, None
     if data_type in _BYTES:

@@ -78,9 +78,7 @@ class JsonLinesSink:
     def publish_event(self, rows: EventRows) -> int | None:
         """Every row change of one ROWS event through the compiled path (`event_envelope`):
         the lines `publish` writes for each; None (nothing written) where it cannot."""
-        if self.values.options is not None or (
-            self.filter is not None and self.filter.rewrites_changes
-        ):
+        if self._rewrites:
             return None
         encoded = self._events.encode(rows, int(time.time() * 1000), lines=True)
         if encoded is None:
@@ -93,9 +91,7 @@ class JsonLinesSink:
         """Snapshot rows through the compiled read path (`read_envelope`): the lines
         `publish` writes for each of `reads.changes()`; None (nothing written) where it
         cannot."""
-        if self.values.options is not None or (
-            self.filter is not None and self.filter.rewrites_changes
-        ):
+        if self._rewrites:
             return None
         encoded = self._reads.encode(reads, int(time.time() * 1000), lines=True)
         if encoded is None:
@@ -103,6 +99,14 @@ class JsonLinesSink:
         lines, _, count = encoded
         self._write(lines)
         return count
+
+    @property
+    def _rewrites(self) -> bool:
+        """Whether the value mode or the filters rewrite changes: then no compiled path
+        writes them (it writes the changes as they are)."""
+        return self.values.options is not None or (
+            self.filter is not None and self.filter.rewrites_changes
+        )
 
     async def publish_table(self, change: TableChange) -> None:
         self._write(self.lines.table(change))

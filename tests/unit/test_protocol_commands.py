@@ -212,19 +212,19 @@ def test_zero_column_result_refused() -> None:
         ResultSetReader(0, deprecate_eof=True)
 
 
-def test_a_raw_reader_leaves_every_value_as_the_servers_bytes() -> None:
-    # Query.raw (the snapshot's chunks): no UTF-8 decoding, so bytes a text column's
-    # charset allows but UTF-8 refuses reach the column's own parser intact.
+def test_a_packets_reader_leaves_every_row_as_the_servers_bytes() -> None:
+    # Query.packets (the snapshot's chunks): no parsing and no UTF-8 decoding, so bytes a
+    # text column's charset allows but UTF-8 refuses reach the column's own writer intact.
+    rows = [row(b"7", b"caf\xe9", None), row(b"8", b"x" * 300, b"2024-01-02 03:04:05")]
     result = _run(
-        ResultSetReader(3, deprecate_eof=True, raw=True),
+        ResultSetReader(3, deprecate_eof=True, packets=True),
         [
             column_def("id", T_LONGLONG),
             column_def("name", T_VAR_STRING),
             column_def("at", T_DATETIME),
-            row(b"7", b"caf\xe9", None),
-            row(b"8", b"x" * 300, b"2024-01-02 03:04:05"),  # a 0xFC-prefixed length
+            *rows,  # the second with a 0xFC-prefixed length
             OK_EOF,
         ],
     )
     assert result is not None
-    assert result.rows == [(b"7", b"caf\xe9", None), (b"8", b"x" * 300, b"2024-01-02 03:04:05")]
+    assert result.packets == rows and result.rows == []
