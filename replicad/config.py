@@ -265,11 +265,18 @@ class KafkaSinkConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _sasl_given_once(self) -> KafkaSinkConfig:
+    def _settings_agree(self) -> KafkaSinkConfig:
         if self.exactly_once and self.producer_processes > 1:
             raise ValueError(
                 "sinks.kafka.producer_processes > 1 needs at-least-once delivery: a Kafka "
                 "transaction belongs to one producer, so exactly_once publishes from one process"
+            )
+        if not self.exactly_once and str(
+            self.producer.get("delivery.report.only.error", False)
+        ).lower() in ("true", "1"):
+            raise ValueError(
+                "sinks.kafka.producer: delivery.report.only.error needs exactly_once: "
+                "at-least-once moves the position on each message's delivery report"
             )
         if self.sasl is not None:
             for setting in self.sasl.settings_names():

@@ -136,6 +136,16 @@ class DeliveryTracker:
             self._acked = units.popleft().seq
         return self._acked
 
+    def settle(self) -> None:
+        """Every message counted so far is delivered, reported or not (a committed Kafka
+        transaction: its successful deliveries are not reported one by one)."""
+        if self.failure is not None:
+            raise self.failure
+        if self._units:
+            self._acked = self._units[-1].seq
+        self._units.clear()
+        self._open.outstanding = 0
+
     @property
     def outstanding(self) -> int:
         return sum(u.outstanding for u in self._units) + self._open.outstanding

@@ -989,7 +989,7 @@ class KafkaSink:
             self._committing = False
         self._end_kafka_transaction()
         self._committed_seq = seq
-        self.tracker.acked()  # every unit up to this mark is delivered now
+        self.tracker.settle()  # every message so far is delivered: the commit says so
         log.debug("kafka_batch_committed", position=str(position), seq=seq)
 
     async def _wait_for_acks(self, deadline: float, position: Position) -> None:
@@ -1077,6 +1077,9 @@ def producer_settings(
     if config.exactly_once:
         settings["transactional.id"] = transactional_id(config, pipeline)
         settings["transaction.timeout.ms"] = 60_000
+        # A committed transaction says its messages are delivered, so only failures need a
+        # report: confluent-kafka then skips the Python call for each delivered message.
+        settings["delivery.report.only.error"] = True
     else:
         settings["message.timeout.ms"] = 0  # never give up: an outage pauses, not drops
     for key, value in config.producer.items():

@@ -26,7 +26,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -78,6 +78,11 @@ class TablePlan:
     primary_key: tuple[str, ...]
     chunk_key: tuple[str, ...]  # the primary key, else a unique NOT NULL key, else ()
     description: TableDescription
+    # Each column's text -> value function, made once: every chunk's reads use them.
+    parsers: tuple[Any, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parsers", tuple(c.parser() for c in self.columns))
 
     @property
     def name(self) -> str:
@@ -86,10 +91,6 @@ class TablePlan:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
-
-    @property
-    def parsers(self) -> list[Any]:
-        return [c.parser() for c in self.columns]
 
     @property
     def by_name(self) -> dict[str, SnapshotColumn]:
@@ -544,7 +545,7 @@ def read_rows(
         plan.primary_key,
         packets,
         row_parser(plan),
-        tuple(plan.parsers),
+        plan.parsers,
         at[0],
         at[1],
         server_id,

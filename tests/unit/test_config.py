@@ -77,6 +77,12 @@ def test_environment_overrides_nested_keys_with_yaml_scalars(tmp_path: Path) -> 
             "needs at-least-once",
         ),
         (
+            "sinks: {kafka: {bootstrap_servers: k, producer: "
+            "{delivery.report.only.error: 'true'}}}\n",
+            "sinks.kafka",
+            "delivery.report.only.error needs exactly_once",
+        ),
+        (
             "sinks: {kafka: {bootstrap_servers: k, producer_processes: 0}}\n",
             "sinks.kafka.producer_processes",
             "greater than or equal",
