@@ -1,11 +1,13 @@
-"""Build hook for the two optional compiled modules: the row decoder
-(replicad/binlog/_speedups.pyx) and the message writer (replicad/sinks/_writer.pyx), which
-cimports the decoder's plan and readers from replicad/binlog/_speedups.pxd.
+"""Build hook for the three optional compiled modules: the row decoder
+(replicad/binlog/_speedups.pyx), the message writer (replicad/sinks/_writer.pyx), which
+cimports the decoder's plan and readers from replicad/binlog/_speedups.pxd, and the scan of
+result-set row packets (replicad/protocol/_rows.pyx).
 
 Everything else lives in pyproject.toml. The extensions are optional: when Cython or a C
 compiler is missing, or compiling fails, the package installs without them and decodes rows
-with the pure-Python generated decoders and writes messages row by row (see
-replicad/binlog/decoder_choice.py and replicad/sinks/writer_choice.py).
+with the pure-Python generated decoders, writes messages row by row and scans row packets
+in Python (see replicad/binlog/decoder_choice.py, replicad/sinks/writer_choice.py and
+replicad/protocol/packets.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from setuptools import Extension, setup
 SOURCES = {
     "replicad.binlog._speedups": os.path.join("replicad", "binlog", "_speedups.pyx"),
     "replicad.sinks._writer": os.path.join("replicad", "sinks", "_writer.pyx"),
+    "replicad.protocol._rows": os.path.join("replicad", "protocol", "_rows.pyx"),
 }
 
 

@@ -1,6 +1,6 @@
-"""Fail unless a directory holds exactly one replicad wheel and it carries both compiled
-modules: the row decoder (replicad/binlog/_speedups) and the message writer
-(replicad/sinks/_writer), Cython. setup.py builds them optionally, so a missing compiler gives
+"""Fail unless a directory holds exactly one replicad wheel and it carries the three compiled
+modules: the row decoder (replicad/binlog/_speedups), the message writer
+(replicad/sinks/_writer) and the row-packet scan (replicad/protocol/_rows), Cython. setup.py builds them optionally, so a missing compiler gives
 a pure-Python wheel without an error: the image build runs this to turn that into a failed
 build (deploy/Dockerfile), and so does tests/integration/test_deploy_image.py.
 
@@ -13,7 +13,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-EXTENSION_PREFIXES = ("replicad/binlog/_speedups.", "replicad/sinks/_writer.")
+EXTENSION_PREFIXES = (
+    "replicad/binlog/_speedups.",
+    "replicad/sinks/_writer.",
+    "replicad/protocol/_rows.",
+)
 
 
 def check(directory: Path) -> str:

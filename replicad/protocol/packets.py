@@ -119,27 +119,40 @@ class PacketReader:
         OK, or a row whose first value is 16 MiB or more) or 0xFF (an ERR). Whatever else
         comes next is left to `read_payload`. The snapshot's rows arrive here by the million:
         this is `read_payload` without a call, a check of `max_payload` (a single chunk is
-        below it) or a reassembly per row."""
+        below it) or a reassembly per row, and in C where it is built (`_rows.scan_rows`)."""
         if self._chunks or self.expected_sequence is None:
             return
-        buf, pos, seq = self._buffer, self._pos, self.expected_sequence
-        size = len(buf)
-        append = rows.append
-        while size - pos >= HEADER_SIZE:
-            length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
-            end = pos + HEADER_SIZE + length
-            if (
-                end > size
-                or length == 0
-                or length == MAX_CHUNK
-                or buf[pos + 3] != seq
-                or buf[pos + HEADER_SIZE] >= EOF_HEADER
-            ):
-                break
-            append(bytes(buf[pos + HEADER_SIZE : end]))
-            seq = (seq + 1) & 0xFF
-            pos = end
-        self._pos, self.expected_sequence = pos, seq
+        self._pos, self.expected_sequence = scan_rows(
+            self._buffer, self._pos, self.expected_sequence, rows
+        )
+
+
+def scan_rows_py(buffer: bytearray, pos: int, sequence: int, rows: list[bytes]) -> tuple[int, int]:
+    """`take_rows`'s scan from offset `pos` expecting `sequence`: the offset of the first
+    packet left and the sequence id it must carry (replicad/protocol/_rows.pyx in Python)."""
+    size = len(buffer)
+    append = rows.append
+    while size - pos >= HEADER_SIZE:
+        length = buffer[pos] | buffer[pos + 1] << 8 | buffer[pos + 2] << 16
+        end = pos + HEADER_SIZE + length
+        if (
+            end > size
+            or length == 0
+            or length == MAX_CHUNK
+            or buffer[pos + 3] != sequence
+            or buffer[pos + HEADER_SIZE] >= EOF_HEADER
+        ):
+            break
+        append(bytes(buffer[pos + HEADER_SIZE : end]))
+        sequence = (sequence + 1) & 0xFF
+        pos = end
+    return pos, sequence
+
+
+try:
+    from replicad.protocol._rows import scan_rows
+except ImportError:  # not compiled: the same scan in Python
+    scan_rows = scan_rows_py
 
 
 # ---------------------------------------------------------------------- encodings

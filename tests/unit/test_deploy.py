@@ -677,8 +677,12 @@ def test_check_wheel_refuses_a_wheel_without_the_extensions(tmp_path: Path) -> N
         check.check(platform)  # the decoder without the message writer
     with zipfile.ZipFile(wheel, "a") as archive:
         archive.writestr("replicad/sinks/_writer.cpython-311-x86_64-linux-gnu.so", "")
+    with pytest.raises(SystemExit, match="no compiled replicad/protocol/_rows"):
+        check.check(platform)  # without the row-packet scan
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("replicad/protocol/_rows.cpython-311-x86_64-linux-gnu.so", "")
     found = check.check(platform)
-    assert "_speedups" in found and "_writer" in found
+    assert "_speedups" in found and "_writer" in found and "_rows" in found
 
 
 # ------------------------------------------------------------------------ systemd

@@ -1,0 +1,3 @@
+"""Type stub for the compiled row-packet scan (_rows.pyx, built by setup.py with Cython)."""
+
+def scan_rows(buffer: bytearray, pos: int, sequence: int, rows: list[bytes]) -> tuple[int, int]: ...
