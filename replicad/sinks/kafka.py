@@ -357,31 +357,42 @@ class KafkaSink:
         topic = self.routing.topic(change.db, change.table)
         self._note_schema(change)
         first, last = self._header_parts_of(change)
-        with_row = self.config.headers == "full"
+        parts = None if last is None else (first, last, self.config.headers == "full")
+        if not (self._pending or topic not in self.topics.ready):
+            if isinstance(self.producer, ProducerPool) and self._to_pool(topic, parts, messages):
+                return count
+            self._ready_to_produce()
+        self._send_messages(topic, parts, messages)
+        return count
+
+    def _to_pool(self, topic: str, parts: Any, messages: list[Any]) -> bool:
+        """Producer processes: the event split by key in one call, headers built there.
+        False when the pool took none of them (the messages go one by one then)."""
+        assert isinstance(self.producer, ProducerPool)
+        unit = self.tracker.current
+        sent = self.producer.produce_event(
+            topic, unit, parts, messages, self.config.tombstones, self.config.max_message_bytes
+        )
+        if not sent:
+            return False
+        unit.outstanding += sent
+        self._since_mark += sent
+        self._since_poll += sent
+        if self._since_poll >= POLL_EVERY:
+            self._since_poll = 0
+            self._poll()
+        return True
+
+    def _send_messages(self, topic: str, parts: Any, messages: list[Any]) -> None:
+        """`_send_raw` for each message, without its per-message checks while nothing waits
+        and the topic exists (`_ready_to_produce` was called for the batch: nothing commits
+        while the pipeline publishes). From the first message that cannot go that way (queue
+        full, too large), the rest go through `_send_raw`, in order."""
+        first, last, with_row = parts or ((), None, False)
         tombstones = self.config.tombstones
         limit = self.config.max_message_bytes
-        unit = self.tracker.current
-        if isinstance(self.producer, ProducerPool) and not self._pending:
-            if topic in self.topics.ready:
-                # Producer processes: the event split by key in one call, headers built there.
-                parts = None if last is None else (first, last, with_row)
-                sent = self.producer.produce_event(topic, unit, parts, messages, tombstones, limit)
-                if sent:
-                    unit.outstanding += sent
-                    self._since_mark += sent
-                    self._since_poll += sent
-                    if self._since_poll >= POLL_EVERY:
-                        self._since_poll = 0
-                        self._poll()
-                    return count
-        # While nothing waits and the topic exists, straight to librdkafka: `_send_raw`
-        # without its per-message checks. From the first message that cannot go that way
-        # (queue full, too large), the rest go through `_send_raw`, in order.
         direct = not self._pending and topic in self.topics.ready
-        if direct:
-            self._ready_to_produce()
-        # `_produce` inline (this loop runs once per message): the checks before the first
-        # message hold for the rest, since nothing commits while the pipeline publishes.
+        unit = self.tracker.current
         # librdkafka's Producer or the ProducerPool: the same call.
         send: Callable[..., None] = self.producer.produce
         delivered, since_poll = unit.delivered, self._since_poll
@@ -421,7 +432,6 @@ class KafkaSink:
         if direct:
             self._since_poll = since_poll
         self._since_mark += sent
-        return count
 
     def _note_schema(self, change: RowChange) -> None:
         """The schema topic's record of the change's table version, before its first row."""
@@ -549,7 +559,7 @@ class KafkaSink:
             return False
         except KafkaException as exc:
             self._refused(exc, topic)
-        # Inline, not shared with publish_event's pool branch: this runs once per message.
+        # Inline, not shared with `_to_pool`: this runs once per message.
         self._since_poll += 1
         if self._since_poll >= POLL_EVERY:
             self._since_poll = 0
