@@ -788,18 +788,50 @@ cdef int _put_base64(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
     return 0
 
 
+# Eight bytes at a time (SWAR): a text value is mostly bytes that are copied as they are.
+cdef uint64_t _ONES = 0x0101010101010101
+cdef uint64_t _HIGHS = 0x8080808080808080
+cdef uint64_t _SPACES = 0x2020202020202020
+cdef uint64_t _QUOTES = 0x2222222222222222
+cdef uint64_t _BACKSLASHES = 0x5C5C5C5C5C5C5C5C
+
+
+cdef inline uint64_t _load8(const unsigned char *q) noexcept:
+    cdef uint64_t word
+    memcpy(&word, q, 8)
+    return word
+
+
+cdef inline bint _plain8(uint64_t x) noexcept:
+    """Whether none of the eight bytes in x is below 0x20, a quote or a backslash (the
+    bytes JSON escapes). Each term has a byte's high bit set where that byte is one of them
+    (the classic "has a byte less than n" and "has a zero byte" tests; a borrow can mark
+    bytes after a real one, never where there is none): exact as a whole."""
+    cdef uint64_t quote = x ^ _QUOTES
+    cdef uint64_t backslash = x ^ _BACKSLASHES
+    cdef uint64_t found = ((x - _SPACES) & ~x) | ((quote - _ONES) & ~quote)
+    found |= (backslash - _ONES) & ~backslash
+    return (found & _HIGHS) == 0
+
+
 cdef int _put_json_text(Buf *b, const unsigned char *q, Py_ssize_t n) except -1:
     """Valid UTF-8 as a JSON string the way orjson escapes it: quote, backslash, and the
     control characters below 0x20 (short forms where JSON has them); nothing else."""
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i = 0
     cdef unsigned char c
     cdef char *o
     _reserve(b, 6 * n + 2)
     o = b.data + b.len
     o[0] = c'"'
     o += 1
-    for i in range(n):
+    while i < n:
+        if i + 8 <= n and _plain8(_load8(q + i)):
+            memcpy(o, q + i, 8)
+            o += 8
+            i += 8
+            continue
         c = q[i]
+        i += 1
         if c >= 0x20 and c != 0x22 and c != 0x5C:
             o[0] = <char>c
             o += 1
@@ -855,10 +887,15 @@ cdef bint _put_table_text(Buf *b, const unsigned char *table, const unsigned cha
 
 
 cdef inline bint _ascii(const unsigned char *q, Py_ssize_t n) noexcept:
-    cdef Py_ssize_t i
-    for i in range(n):
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        if _load8(q + i) & _HIGHS:
+            return False
+        i += 8
+    while i < n:
         if q[i] & 0x80:
             return False
+        i += 1
     return True
 
 
@@ -872,7 +909,10 @@ cdef bint _valid_utf8(const unsigned char *q, Py_ssize_t n) noexcept:
     while i < n:
         c = q[i]
         if c < 0x80:
-            i += 1
+            if i + 8 <= n and not (_load8(q + i) & _HIGHS):
+                i += 8  # eight ASCII bytes
+            else:
+                i += 1
             continue
         lo, hi = 0x80, 0xBF  # the range of the byte after the lead
         if 0xC2 <= c <= 0xDF:

@@ -359,6 +359,28 @@ def test_single_byte_text_random(codec: str, values: list[tuple[bytes, bytes, by
     _assert_text_paths_equal(codec, values)
 
 
+# UTF-8 text heavy in what JSON escapes, around the compiled writer's eight-byte steps
+_ESCAPED_TEXT = st.text(
+    alphabet=st.sampled_from(['"', "\\", "\n", "\x00", "\x1f", "\x7f", " ", "a", "é", "€", "😀"]),
+    max_size=40,
+).map(lambda text: text.encode())
+
+
+@pytest.mark.skipif(not writer_choice.available(), reason="_writer is not built")
+@settings(max_examples=400, deadline=None)
+@given(
+    values=st.lists(
+        st.tuples(_ESCAPED_TEXT, st.sampled_from([b"", b"a", b'"', b"\x01"]), _ESCAPED_TEXT),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_utf8_text_with_escapes_random(values: list[tuple[bytes, bytes, bytes]]) -> None:
+    """UTF-8 values (utf8mb4 columns) where quotes, backslashes and control characters fall
+    at every offset of the writer's eight-byte copies: the same JSON as the pure path."""
+    _assert_text_paths_equal("utf-8", values)
+
+
 def test_without_the_compiled_writer_every_event_goes_row_by_row(monkeypatch) -> None:
     """The pure-Python fallbacks: decoders switched off (REPLICAD_PURE_PYTHON=1,
     `decoder_choice.set_enabled(False)`) or no compiled writer (REPLICAD_NO_EXTENSIONS=1)."""
