@@ -172,7 +172,7 @@ class KafkaSink:
         self._avro: AvroEncoder | None = None
         if self.values.registry is not None and self.values.options is not None:
             # Imported here: confluent-kafka's registry client brings an HTTP and a JOSE
-            # stack, 0.17 s of every start that does not use it.
+            # stack: about 0.2 s of CPU and 16 MB in every start that does not use it.
             from replicad.sinks.avro_registry import AvroEncoder
 
             self._avro = AvroEncoder(self.values.registry, pipeline, self.values.options)

@@ -1,5 +1,5 @@
 """`replicad run` does not import confluent-kafka's schema-registry client unless the
-envelope is Avro: with its HTTP and JOSE libraries it was 0.17 s of CPU and 16 MB of every
+envelope is Avro: with its HTTP and JOSE libraries it was about 0.2 s of CPU and 16 MB of every
 start (docs/performance.md), for a feature most pipelines do not use."""
 
 from __future__ import annotations
