@@ -161,6 +161,7 @@ def test_every_cut_keeps_the_sum_and_equals_select_at_its_position(db, kafka, tm
             # batch samples a stored position past it (a sample's stored position may
             # predate the burst's end, then another transfer).
             last = recorded[-1][0]
+            proving = len(recorded)  # the transfers recorded from here on are past `last`
             for _ in range(4):
                 _transfer(conn, rnd, books)
                 recorded.append((_position(conn), _state(books)))
@@ -179,10 +180,13 @@ def test_every_cut_keeps_the_sum_and_equals_select_at_its_position(db, kafka, tm
         assert replicad.stop() == 0
 
     found_at = 0
-    for position, expected in recorded:
+    for index, (position, expected) in enumerate(recorded):
         try:
             found = cut_lake(lake, position)
-        except CutError as exc:  # a batch of some table holds both sides of the position
+        except CutError as exc:
+            if index >= proving and "has not proven the table complete" in str(exc):
+                continue  # a transfer after `last`: no later batch has to prove its end
+            # a batch of some table holds both sides of the position
             assert "both sides" in str(exc) and f"table={name}.accounts_" in str(exc)
             continue
         found_at += 1
