@@ -358,11 +358,12 @@ class KafkaSink:
         self._note_schema(change)
         first, last = self._header_parts_of(change)
         parts = None if last is None else (first, last, self.config.headers == "full")
-        if not (self._pending or topic not in self.topics.ready):
+        direct = not self._pending and topic in self.topics.ready
+        if direct:
             if isinstance(self.producer, ProducerPool) and self._to_pool(topic, parts, messages):
                 return count
             self._ready_to_produce()
-        self._send_messages(topic, parts, messages)
+        self._send_messages(topic, parts, messages, direct)
         return count
 
     def _to_pool(self, topic: str, parts: Any, messages: list[Any]) -> bool:
@@ -383,15 +384,14 @@ class KafkaSink:
             self._poll()
         return True
 
-    def _send_messages(self, topic: str, parts: Any, messages: list[Any]) -> None:
-        """`_send_raw` for each message, without its per-message checks while nothing waits
-        and the topic exists (`_ready_to_produce` was called for the batch: nothing commits
-        while the pipeline publishes). From the first message that cannot go that way (queue
-        full, too large), the rest go through `_send_raw`, in order."""
+    def _send_messages(self, topic: str, parts: Any, messages: list[Any], direct: bool) -> None:
+        """`_send_raw` for each message, without its per-message checks while `direct`
+        (nothing waits, the topic exists, and `_ready_to_produce` was called for the batch:
+        nothing commits while the pipeline publishes). From the first message that cannot
+        go that way (queue full, too large), the rest go through `_send_raw`, in order."""
         first, last, with_row = parts or ((), None, False)
         tombstones = self.config.tombstones
         limit = self.config.max_message_bytes
-        direct = not self._pending and topic in self.topics.ready
         unit = self.tracker.current
         # librdkafka's Producer or the ProducerPool: the same call.
         send: Callable[..., None] = self.producer.produce
