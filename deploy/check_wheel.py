@@ -1,8 +1,9 @@
 """Fail unless a directory holds exactly one replicad wheel and it carries the three compiled
 modules: the row decoder (replicad/binlog/_speedups), the message writer
-(replicad/sinks/_writer) and the row-packet scan (replicad/protocol/_rows), Cython. setup.py builds them optionally, so a missing compiler gives
-a pure-Python wheel without an error: the image build runs this to turn that into a failed
-build (deploy/Dockerfile), and so does tests/integration/test_deploy_image.py.
+(replicad/sinks/_writer) and the row-packet scan (replicad/protocol/_rows), Cython. setup.py
+builds them optionally, so a missing compiler gives a pure-Python wheel without an error: the
+image build runs this to turn that into a failed build (deploy/Dockerfile), and so does
+tests/integration/test_deploy_image.py.
 
     python check_wheel.py /wheels
 """
